@@ -1,0 +1,252 @@
+"""Test and offline backends: scripted answers, exact request records, simulated prefix cache.
+
+They run the real graph without a model: for tests of graph logic, for LangGraph Studio offline,
+and for the CLI's ``--backend fake``. Token counts use a whitespace "tokenizer" (an image counts
+as ``image_tokens`` tokens), and cached tokens are the longest prompt prefix shared with an
+earlier request, like an engine's prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from mai_graph.backends.base import Generation, GenerationRequest, Message
+from mai_graph.errors import BackendError, ConfigError
+
+__all__ = ["FunctionBackend", "ScriptedBackend", "demo_backends"]
+
+Response = str | Sequence[str] | Callable[[GenerationRequest], str]
+
+
+def _prompt_tokens(messages: Sequence[Message], image_tokens: int) -> list[str]:
+    tokens: list[str] = []
+    for message in messages:
+        tokens.append(f"<{message['role']}>")
+        for part in message["content"]:
+            if part["type"] == "image":
+                tokens.extend([f"<img:{part['image']['sha256'][:12]}>"] * image_tokens)
+            else:
+                tokens.extend(part["text"].split())
+    tokens.append("<assistant>")
+    return tokens
+
+
+def _fake_logprob(token: str) -> float:
+    return -(int(hashlib.blake2b(token.encode(), digest_size=2).hexdigest(), 16) % 500) / 100
+
+
+class _FakeEngine:
+    """Bookkeeping shared by the fakes: records, in-flight counts, prefix cache, token limits."""
+
+    def __init__(self, name: str, latency: float, image_tokens: int, cache_size: int) -> None:
+        if latency < 0:
+            raise ConfigError(f"latency must be >= 0, got {latency}", parameter="latency")
+        self.name = name
+        self.latency = latency
+        self.image_tokens = image_tokens
+        self.requests: list[GenerationRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._seen: deque[list[str]] = deque(maxlen=cache_size)
+
+    def _cached(self, prompt: list[str]) -> int:
+        best = 0
+        for old in self._seen:
+            n = 0
+            for a, b in zip(old, prompt):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        self._seen.append(prompt)
+        return best
+
+    async def _serve(self, request: GenerationRequest, text: str | Generation) -> Generation:
+        self.requests.append(request)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        start = time.perf_counter()
+        try:
+            if self.latency:
+                await asyncio.sleep(self.latency)
+            if isinstance(text, Generation):
+                return text
+            return self._generation(request, text, time.perf_counter() - start)
+        finally:
+            self.in_flight -= 1
+
+    def _generation(self, request: GenerationRequest, text: str, elapsed: float) -> Generation:
+        if request.choices is not None and text not in request.choices:
+            raise BackendError(
+                f"{self.name}: scripted output {text!r} for {request.purpose!r} is not one of "
+                f"the request's choices {list(request.choices)}",
+                parameter="choices",
+                value=text,
+                fix="script one of the choices, or set constrain_choices=False in the context",
+            )
+        words = text.split()
+        finish = "stop"
+        if len(words) > request.max_tokens:
+            words, finish = words[: request.max_tokens], "length"
+        while len(words) < request.min_tokens:
+            words.append(words[-1] if words else "…")
+        prompt = _prompt_tokens(request.messages, self.image_tokens)
+        logprobs = None
+        if request.logprobs is not None:
+            logprobs = tuple(_fake_logprob(w) for w in words)
+        return Generation(
+            text=" ".join(words),
+            model=self.name,
+            prompt_tokens=len(prompt),
+            cached_tokens=self._cached(prompt),
+            generated_tokens=len(words),
+            latency_s=elapsed,
+            ttft_s=elapsed,
+            finish_reason=finish,
+            logprobs=logprobs,
+            tokens=tuple(words),
+        )
+
+
+class ScriptedBackend(_FakeEngine):
+    """Answers from a script keyed by the request's purpose, and records every request.
+
+    Args:
+        script: ``{purpose: response}`` where purpose is ``short``, ``cot``, ``s2`` or ``answer``
+            (``default`` for the rest) and a response is a string, a list of strings used in turn
+            (one per call), or a function of the request. A bare string answers everything.
+        name: Model name reported in metrics.
+        latency: Seconds each call takes (``asyncio.sleep``), to test concurrency.
+        image_tokens: Prompt tokens an image counts for.
+        fail: ``{purpose: [exceptions]}``; each call of that purpose raises the next one first.
+
+    Example:
+        >>> backend = ScriptedBackend({"short": "B"}, name="small")
+        >>> backend.requests
+        []
+    """
+
+    def __init__(
+        self,
+        script: Mapping[str, Response] | str = "",
+        *,
+        name: str = "scripted",
+        latency: float = 0.0,
+        image_tokens: int = 64,
+        fail: Mapping[str, Sequence[BaseException]] | None = None,
+    ) -> None:
+        super().__init__(name, latency, image_tokens, cache_size=64)
+        self.script: dict[str, Any] = (
+            {"default": script} if isinstance(script, str) else dict(script)
+        )
+        self._turn: dict[str, int] = {}
+        self._fail = {k: list(v) for k, v in (fail or {}).items()}
+
+    def _respond(self, request: GenerationRequest) -> str:
+        purpose = request.purpose
+        response = self.script.get(purpose, self.script.get("default"))
+        if response is None:
+            raise BackendError(
+                f"{self.name}: no scripted response for purpose {purpose!r}",
+                parameter="script",
+                value=sorted(self.script),
+                fix=f"add a {purpose!r} (or 'default') entry to the script",
+            )
+        if callable(response):
+            return str(response(request))
+        if isinstance(response, str):
+            return response
+        turn = self._turn.get(purpose, 0)
+        if turn >= len(response):
+            raise BackendError(
+                f"{self.name}: scripted responses for {purpose!r} ran out after {turn} calls",
+                parameter="script",
+                value=purpose,
+                fix="script more responses, or a string to answer every call",
+            )
+        self._turn[purpose] = turn + 1
+        return str(response[turn])
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Serve one request from the script."""
+        failures = self._fail.get(request.purpose)
+        if failures:
+            self.requests.append(request)
+            raise failures.pop(0)
+        return await self._serve(request, self._respond(request))
+
+    def calls(self, purpose: str) -> list[GenerationRequest]:
+        """The recorded requests of one purpose, in order."""
+        return [r for r in self.requests if r.purpose == purpose]
+
+
+class FunctionBackend(_FakeEngine):
+    """Answers with ``fn(request)``, which returns text or a :class:`Generation` (may be async).
+
+    Example:
+        >>> backend = FunctionBackend(lambda request: "yes", name="large")
+        >>> backend.name
+        'large'
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[GenerationRequest], str | Generation | Awaitable[str | Generation]],
+        *,
+        name: str = "function",
+        latency: float = 0.0,
+        image_tokens: int = 64,
+    ) -> None:
+        if not callable(fn):
+            raise ConfigError("fn must be callable", parameter="fn", value=fn)
+        super().__init__(name, latency, image_tokens, cache_size=16)
+        self.fn = fn
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Serve one request with the function."""
+        out = self.fn(request)
+        if inspect.isawaitable(out):
+            out = await out
+        return await self._serve(request, out)
+
+
+def _pick(seed: str, choices: Sequence[str]) -> str:
+    return choices[int(hashlib.sha256(seed.encode()).hexdigest(), 16) % len(choices)]
+
+
+def demo_backends(*, latency: float = 0.0) -> tuple[FunctionBackend, FunctionBackend]:
+    """A deterministic small/large pair for offline demos (Studio, ``--backend fake``).
+
+    Answers depend on a hash of the question, so some questions end at verification and
+    others go through reasoning and transfer. The text is canned, not a model's.
+    """
+
+    def answer(role: str) -> Callable[[GenerationRequest], str]:
+        def fn(request: GenerationRequest) -> str:
+            text = "\n".join(
+                p["text"] for m in request.messages for p in m["content"] if p["type"] == "text"
+            )
+            question = next((ln for ln in text.splitlines() if ln.startswith("Question:")), "")
+            choices = request.choices or ("yes", "no")
+            if request.purpose == "short":
+                return _pick(question + role, choices)
+            pick = _pick(question + "reasoning", choices)
+            if request.purpose == "cot":
+                return (
+                    f"The question asks about the image. Looking at the relevant region, the "
+                    f"evidence points to {pick}. So the answer is {pick}."
+                )
+            return pick
+
+        return fn
+
+    return (
+        FunctionBackend(answer("small"), name="demo-small", latency=latency),
+        FunctionBackend(answer("large"), name="demo-large", latency=latency),
+    )

@@ -1,0 +1,153 @@
+"""The MAI graph: ``create_mai_graph(small, large) -> StateGraph`` and its routing functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy
+
+from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.context import MAIContext
+from mai_graph.errors import BackendError, ConfigError
+from mai_graph.nodes.answer import make_answer
+from mai_graph.nodes.extract import make_extract
+from mai_graph.nodes.reason import make_reason
+from mai_graph.nodes.sparsify import make_sparsify
+from mai_graph.nodes.verify import make_verify
+from mai_graph.state import InputState, MAIState, OutputState
+
+__all__ = ["NODES", "create_mai_graph", "route_after_extract", "route_after_verify"]
+
+NODES = ("verify", "reason", "extract", "sparsify", "answer")
+_MODEL_NODES = ("verify", "reason", "extract", "answer")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Retry only what may succeed on a second try: transient backend errors and timeouts."""
+    return (isinstance(exc, BackendError) and exc.transient) or isinstance(
+        exc, ConnectionError
+    )
+
+
+DEFAULT_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, retry_on=is_transient)
+"""Three attempts for transient backend errors; everything else fails the node at once."""
+
+
+def route_after_verify(state: MAIState) -> Literal["done", "disagree"]:
+    """``done`` when verify set a route (agreement or a short baseline), else reason."""
+    return "done" if state.get("route") else "disagree"
+
+
+def route_after_extract(state: MAIState) -> Literal["done", "transfer"]:
+    """``done`` when extract set a route (S2 agreement or a CoT baseline), else sparsify."""
+    return "done" if state.get("route") else "transfer"
+
+
+def create_mai_graph(
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    retry_policy: RetryPolicy | None = DEFAULT_RETRY,
+    timeouts: float | Mapping[str, float] | None = None,
+) -> StateGraph:
+    """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
+
+    Flow: ``verify`` (both short, concurrently) → agree: end; else ``reason`` (small CoT) →
+    ``extract`` (S2 turn) → agrees with the large short answer: end; else ``sparsify`` →
+    ``answer`` (large reads the reasoning, answers short). Per-run settings come from the
+    context (:class:`MAIContext`), including the baseline policies.
+
+    Args:
+        small: The small model's backend.
+        large: The large model's backend.
+        retry_policy: Retry policy of the model-calling nodes (default: transient backend
+            errors, 3 attempts); ``None`` for no retries.
+        timeouts: Seconds per node attempt: one number for every model node, or
+            ``{node: seconds}``.
+
+    Returns:
+        A ``StateGraph`` with ``context_schema=MAIContext``; compile it with your checkpointer.
+
+    Example:
+        >>> from mai_graph import ScriptedBackend, create_mai_graph
+        >>> small = ScriptedBackend({"short": "yes"}, name="small")
+        >>> large = ScriptedBackend({"short": "Yes."}, name="large")
+        >>> graph = create_mai_graph(small, large).compile()
+        >>> out = graph.invoke({"question": "Is the sky blue?"})
+        >>> out["route"], out["canonical"]
+        ('agree', 'yes')
+    """
+    check_backend(small, "small")
+    check_backend(large, "large")
+    if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+        raise ConfigError(
+            f"retry_policy must be a langgraph RetryPolicy or None, got {retry_policy!r}",
+            parameter="retry_policy",
+            value=retry_policy,
+            fix="pass langgraph.types.RetryPolicy(...)",
+        )
+    per_node = _timeouts(timeouts)
+
+    builder = StateGraph(
+        MAIState,
+        context_schema=MAIContext,
+        input_schema=InputState,
+        output_schema=OutputState,
+    )
+    makers = {
+        "verify": make_verify(small, large),
+        "reason": make_reason(small, large),
+        "extract": make_extract(small, large),
+        "sparsify": make_sparsify(),
+        "answer": make_answer(large),
+    }
+    for name in NODES:
+        model_node = name in _MODEL_NODES
+        builder.add_node(
+            name,
+            makers[name],
+            retry_policy=retry_policy if model_node else None,
+            timeout=per_node.get(name),
+        )
+    builder.add_edge(START, "verify")
+    builder.add_conditional_edges(
+        "verify", route_after_verify, {"done": END, "disagree": "reason"}
+    )
+    builder.add_edge("reason", "extract")
+    builder.add_conditional_edges(
+        "extract", route_after_extract, {"done": END, "transfer": "sparsify"}
+    )
+    builder.add_edge("sparsify", "answer")
+    builder.add_edge("answer", END)
+    return builder
+
+
+def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:
+    if timeouts is None:
+        return {}
+    if isinstance(timeouts, int | float) and not isinstance(timeouts, bool):
+        table = dict.fromkeys(_MODEL_NODES, float(timeouts))
+    elif isinstance(timeouts, Mapping):
+        unknown = sorted(set(timeouts) - set(NODES))
+        if unknown:
+            raise ConfigError(
+                f"unknown nodes in timeouts: {unknown}; nodes are {list(NODES)}",
+                parameter="timeouts",
+                value=dict(timeouts),
+                fix="key timeouts by node name",
+            )
+        table = {k: float(v) for k, v in timeouts.items()}
+    else:
+        raise ConfigError(
+            f"timeouts must be seconds or a {{node: seconds}} mapping, got {timeouts!r}",
+            parameter="timeouts",
+            value=timeouts,
+        )
+    bad = {k: v for k, v in table.items() if not v > 0}
+    if bad:
+        raise ConfigError(
+            f"timeouts must be > 0 seconds, got {bad}", parameter="timeouts", value=bad
+        )
+    return table

@@ -1,0 +1,143 @@
+"""Prompt builders. Shared prefixes come first so the engines' prefix caches hit.
+
+Every prompt is ``system, [image, question block, <varying part>]``: the short answer, the
+chain of thought and the transfer prompt differ only after the question block, and the S2
+prompt is the chain-of-thought conversation with one more turn appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mai_graph.answers import AnswerKind
+from mai_graph.backends.base import Message, Part
+from mai_graph.context import MAIContext
+from mai_graph.images import ImageRef
+
+__all__ = [
+    "SYSTEM_PROMPT",
+    "cot_messages",
+    "option_letters",
+    "question_block",
+    "s2_messages",
+    "short_instruction",
+    "short_messages",
+    "transfer_messages",
+]
+
+SYSTEM_PROMPT = (
+    "You are a careful assistant that answers questions about images. "
+    "Look at the image closely and follow the answer format you are asked for."
+)
+COT_INSTRUCTION = (
+    "Think step by step: describe what in the image matters for the question, reason about it, "
+    "then state the final answer."
+)
+S2_INSTRUCTION = "Based on your reasoning above, give only the final answer."
+TRANSFER_PREAMBLE = (
+    "Key points from another assistant's reasoning about this question (selected words, in "
+    "order; they may be incomplete):\n"
+)
+_FORMATS: dict[str, str] = {
+    "choice": "Answer with the option's letter only.",
+    "yes_no": "Answer with yes or no only.",
+    "number": "Answer with a number only.",
+    "text": "Answer with a single word or a short phrase.",
+    "auto": "Answer with a single word or a short phrase.",
+}
+
+
+def option_letters(options: Sequence[str] | None) -> tuple[str, ...]:
+    """Letters of the options, ``A`` first.
+
+    >>> option_letters(["cat", "dog"])
+    ('A', 'B')
+    """
+    return tuple(chr(ord("A") + i) for i in range(len(options or ())))
+
+
+def question_block(question: str, options: Sequence[str] | None) -> str:
+    """The question and its lettered options, ending in a newline.
+
+    >>> question_block("Which pet?", ["cat", "dog"])
+    'Question: Which pet?\\nOptions:\\nA. cat\\nB. dog\\n'
+    """
+    text = f"Question: {question.strip()}\n"
+    if options:
+        lines = "".join(f"{letter}. {o}\n" for letter, o in zip(option_letters(options), options))
+        text += "Options:\n" + lines
+    return text
+
+
+def short_instruction(ctx: MAIContext, kind: AnswerKind) -> str:
+    """The short-answer instruction for an answer kind (or the context's override)."""
+    return ctx.short_instruction or _FORMATS[kind]
+
+
+def _head(ctx: MAIContext, image: ImageRef | None, question: str, options: Sequence[str] | None):
+    system: Message = {
+        "role": "system",
+        "content": [{"type": "text", "text": ctx.system_prompt or SYSTEM_PROMPT}],
+    }
+    parts: list[Part] = []
+    if image is not None:
+        parts.append({"type": "image", "image": image})
+    parts.append({"type": "text", "text": question_block(question, options)})
+    return system, parts
+
+
+def short_messages(
+    ctx: MAIContext,
+    image: ImageRef | None,
+    question: str,
+    options: Sequence[str] | None,
+    kind: AnswerKind,
+) -> tuple[Message, ...]:
+    """Prompt for a short answer (mutual verification and baselines)."""
+    system, parts = _head(ctx, image, question, options)
+    parts.append({"type": "text", "text": short_instruction(ctx, kind)})
+    return system, {"role": "user", "content": parts}
+
+
+def cot_messages(
+    ctx: MAIContext, image: ImageRef | None, question: str, options: Sequence[str] | None
+) -> tuple[Message, ...]:
+    """Prompt for the chain of thought."""
+    system, parts = _head(ctx, image, question, options)
+    parts.append({"type": "text", "text": ctx.cot_instruction or COT_INSTRUCTION})
+    return system, {"role": "user", "content": parts}
+
+
+def s2_messages(
+    ctx: MAIContext,
+    cot: Sequence[Message],
+    reasoning: str,
+    reasoning_token_ids: Sequence[int] | None,
+    kind: AnswerKind,
+) -> tuple[Message, ...]:
+    """The CoT conversation plus its answer and one more turn asking for the final answer only.
+
+    The reasoning's exact token ids ride along so backends can continue from the cached prefix.
+    """
+    assistant: Message = {"role": "assistant", "content": [{"type": "text", "text": reasoning}]}
+    if reasoning_token_ids:
+        assistant["token_ids"] = list(reasoning_token_ids)
+    instruction = f"{ctx.s2_instruction or S2_INSTRUCTION} {short_instruction(ctx, kind)}"
+    turn: Message = {"role": "user", "content": [{"type": "text", "text": instruction}]}
+    return (*cot, assistant, turn)
+
+
+def transfer_messages(
+    ctx: MAIContext,
+    image: ImageRef | None,
+    question: str,
+    options: Sequence[str] | None,
+    kind: AnswerKind,
+    transfer: str,
+) -> tuple[Message, ...]:
+    """The large model's final prompt: its verify prefix, the transferred reasoning, the ask."""
+    system, parts = _head(ctx, image, question, options)
+    preamble = ctx.transfer_preamble or TRANSFER_PREAMBLE
+    parts.append({"type": "text", "text": f"{preamble}{transfer.strip()}\n"})
+    parts.append({"type": "text", "text": short_instruction(ctx, kind)})
+    return system, {"role": "user", "content": parts}

@@ -1,0 +1,270 @@
+"""Tiny Qwen3-VL model pairs with random weights, built offline, for tests, demos and benchmarks.
+
+``build_tiny_pair(root)`` writes ``root/small`` and ``root/large``: two Qwen3-VL-architecture
+checkpoints (seeded random weights) that share one locally trained byte-level BPE tokenizer with
+the Qwen chat special tokens and chat template, an image processor and a video processor, all
+loadable through the usual ``from_pretrained`` paths (transformers and vLLM). The large model has
+at least 4x the parameters of the small one, like 2B vs 8B. The weights are random, so the text
+they write is meaningless: use them to test shapes, lengths, routing, caching and speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "TINY_SPECS",
+    "TinySpec",
+    "build_tiny_pair",
+    "count_parameters",
+    "default_tiny_dir",
+    "tiny_pair_paths",
+]
+
+BUILDER_VERSION = 1
+_SPECIAL = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<think>", "</think>",
+]  # fmt: skip
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "<|im_start|>{{ message['role'] }}{{ '\\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "<|im_end|>{{ '\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant{{ '\\n' }}{%- endif -%}"
+)
+
+_CORPUS = """
+You are a careful assistant that answers questions about images. Look at the image closely.
+Question: What color is the car? Options: A. red B. blue C. green D. yellow
+Answer with the option's letter only. Answer with yes or no only. Answer with a number only.
+Think step by step: describe what in the image matters for the question, reason about it,
+then state the final answer. Based on your reasoning above, give only the final answer.
+The image shows a red square on a white background, two circles and three lines. There are
+seven apples, twelve oranges and a bowl. So the answer is B. The answer is yes. The answer is no.
+How many objects are there? Is the cat on the left of the dog? Which shape is largest?
+Key points from another assistant's reasoning about this question (selected words, in order).
+0 1 2 3 4 5 6 7 8 9 10 100 1000 A B C D E F yes no true false left right top bottom
+"""
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Sizes of one tiny model (text and vision towers)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vision_hidden: int
+    vision_depth: int
+    vision_heads: int
+    vision_intermediate: int
+    head_dim: int = 32
+    """32 is the smallest head size vLLM's CPU attention supports."""
+
+
+TINY_SPECS: dict[str, TinySpec] = {
+    "small": TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64),
+    "large": TinySpec(192, 4, 6, 2, 512, 64, 2, 2, 128),
+}
+"""The pair: about 0.3M vs 2.6M parameters (the ratio of a 2B / 8B pair is 4x)."""
+
+
+def default_tiny_dir() -> Path:
+    """Where tiny pairs are cached: ``$MAI_GRAPH_TINY_DIR`` or ``~/.cache/mai-graph/tiny``."""
+    root = os.environ.get("MAI_GRAPH_TINY_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "mai-graph" / "tiny"
+
+
+def tiny_pair_paths(root: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """The ``(small, large)`` folders of a pair under ``root``."""
+    base = Path(root) if root is not None else default_tiny_dir()
+    return base / "small", base / "large"
+
+
+def _fingerprint(seed: int) -> str:
+    payload = json.dumps(
+        {"v": BUILDER_VERSION, "seed": seed, "specs": {k: asdict(v) for k, v in TINY_SPECS.items()}},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _build_tokenizer(vocab_size: int) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=_SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=8192,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _config(spec: TinySpec, tokenizer: Any) -> Any:
+    from transformers import Qwen3VLConfig
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in _SPECIAL}
+    quarter = spec.head_dim // 2
+    section = [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3]  # sums to head_dim / 2
+    return Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": spec.hidden_size,
+            "intermediate_size": spec.intermediate_size,
+            "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_heads,
+            "num_key_value_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim,
+            "max_position_embeddings": 8192,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1_000_000.0,
+                "mrope_section": section,
+                "mrope_interleaved": True,
+            },
+            "tie_word_embeddings": False,
+            "bos_token_id": None,
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "depth": spec.vision_depth,
+            "hidden_size": spec.vision_hidden,
+            "intermediate_size": spec.vision_intermediate,
+            "num_heads": spec.vision_heads,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": spec.hidden_size,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [spec.vision_depth - 1],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+
+def _processor(tokenizer: Any) -> Any:
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    # 32x32 pixels per merged visual token; images are resized to 16..64 tokens.
+    size = {"shortest_edge": 32 * 32 * 16, "longest_edge": 32 * 32 * 64}
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size=size,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )  # fmt: skip
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size=size,
+    )  # fmt: skip
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _generation_config(tokenizer: Any) -> Any:
+    from transformers import GenerationConfig
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False)
+
+
+def count_parameters(path: str | os.PathLike[str]) -> int:
+    """Parameters of a saved tiny model (read from its safetensors header, no weights loaded)."""
+    total = 0
+    for file in Path(path).glob("*.safetensors"):
+        with open(file, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in meta["shape"]:
+                    count *= dim
+                total += count
+    return total
+
+
+def build_tiny_pair(
+    root: str | os.PathLike[str] | None = None, *, seed: int = 0, force: bool = False
+) -> tuple[Path, Path]:
+    """Build (or reuse) the tiny small/large Qwen3-VL pair under ``root``.
+
+    Args:
+        root: Target folder (default :func:`default_tiny_dir`).
+        seed: Seed of the random weights.
+        force: Rebuild even if a matching pair exists.
+
+    Returns:
+        ``(small_dir, large_dir)``.
+    """
+    import torch
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+
+    small_dir, large_dir = tiny_pair_paths(root)
+    stamp = _fingerprint(seed)
+    if not force and all((d / "mai-tiny.json").exists() for d in (small_dir, large_dir)):
+        if all(json.loads((d / "mai-tiny.json").read_text())["fingerprint"] == stamp
+               for d in (small_dir, large_dir)):  # fmt: skip
+            return small_dir, large_dir
+    tokenizer = _build_tokenizer(vocab_size=640)
+    processor = _processor(tokenizer)
+    for i, (name, target) in enumerate((("small", small_dir), ("large", large_dir))):
+        torch.manual_seed(seed * 1000 + i)
+        config = _config(TINY_SPECS[name], tokenizer)
+        model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16).eval()
+        model.generation_config = _generation_config(tokenizer)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        (tmp / "mai-tiny.json").write_text(
+            json.dumps({"fingerprint": stamp, "role": name, "seed": seed}, indent=1)
+        )
+        loaded = AutoProcessor.from_pretrained(tmp)
+        if not isinstance(loaded, Qwen3VLProcessor):
+            raise RuntimeError(f"tiny {name} processor reloads as {type(loaded).__name__}")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return small_dir, large_dir

@@ -1,0 +1,106 @@
+"""What every node shares: the prepared question, metrics records, the context."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableLambda
+from langgraph.runtime import get_runtime
+
+from mai_graph.answers import AnswerKind, resolve_kind
+from mai_graph.backends.base import Generation
+from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
+from mai_graph.images import ImageRef, image_ref
+from mai_graph.loop import run_sync
+from mai_graph.prompts import option_letters
+from mai_graph.state import MAIState, NodeMetrics
+
+MAX_OPTIONS = 26
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """The validated inputs of a run, as every node reads them."""
+
+    text: str
+    image: ImageRef | None
+    options: list[str] | None
+    kind: AnswerKind
+
+    def choices(self, ctx: MAIContext) -> tuple[str, ...] | None:
+        """Constrained outputs for short answers: the option letters (multiple choice)."""
+        if self.kind == "choice" and self.options and ctx.constrain_choices:
+            return option_letters(self.options)
+        return None
+
+
+Update = dict[str, Any]
+
+
+def current_context() -> MAIContext:
+    """The running graph's validated context (defaults when none was given)."""
+    return MAIContext.coerce(get_runtime().context)
+
+
+def bind(name: str, core: Callable[[MAIState, MAIContext], Awaitable[Update]]) -> RunnableLambda:
+    """A graph node from an async core: awaited under ``ainvoke``, and run on mai-graph's
+    background loop under sync ``invoke`` (engines stay on one loop either way).
+    """
+
+    async def afunc(state: MAIState) -> Update:
+        return await core(state, current_context())
+
+    def func(state: MAIState) -> Update:
+        return run_sync(core(state, current_context()))
+
+    return RunnableLambda(func, afunc=afunc, name=name)
+
+
+def question_of(state: MAIState, ctx: MAIContext) -> Question:
+    """Validate and normalize the run's inputs; turns a path / data URL into an ImageRef."""
+    text = state.get("question")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"question must be a non-empty string, got {text!r}",
+            parameter="question",
+            value=text,
+            fix="pass the question text as input['question']",
+        )
+    options = state.get("options")
+    if options is not None:
+        if isinstance(options, str) or not all(isinstance(o, str) and o.strip() for o in options):
+            raise ConfigError(
+                f"options must be a list of non-empty strings, got {options!r}",
+                parameter="options",
+                value=options,
+                fix='pass e.g. ["a cat", "a dog"] (letters are added in order)',
+            )
+        if not 2 <= len(options) <= MAX_OPTIONS:
+            raise ConfigError(
+                f"need 2 to {MAX_OPTIONS} options, got {len(options)}",
+                parameter="options",
+                value=options,
+                fix="pass at least two options, or none for an open question",
+            )
+        options = list(options)
+    raw = state.get("image")
+    image = image_ref(raw) if raw is not None else None
+    return Question(text, image, options or None, resolve_kind(ctx.answer_kind, options))
+
+
+def record(node: str, role: str, gen: Generation) -> NodeMetrics:
+    """The metrics record of one model call."""
+    return NodeMetrics(
+        node=node,
+        model=gen.model,
+        role=role,  # type: ignore[typeddict-item]
+        prompt_tokens=gen.prompt_tokens,
+        cached_tokens=gen.cached_tokens,
+        generated_tokens=gen.generated_tokens,
+        latency_s=gen.latency_s,
+        ttft_s=gen.ttft_s,
+        finish_reason=gen.finish_reason,
+    )

@@ -1,0 +1,43 @@
+"""Large-model answer: reads the transferred reasoning in prefill and answers short."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableLambda
+
+from mai_graph.answers import extract_answer
+from mai_graph.backends.base import GenerationRequest, VLMBackend
+from mai_graph.context import MAIContext
+from mai_graph.prompts import transfer_messages
+from mai_graph.state import MAIState
+
+from ._common import bind, question_of, record
+
+
+async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[str, Any]:
+    """The large model's final short answer; its prompt shares the verify call's prefix."""
+    q = question_of(state, ctx)
+    gen = await large.generate(
+        GenerationRequest(
+            messages=transfer_messages(
+                ctx, q.image, q.text, q.options, q.kind, state.get("transfer") or ""
+            ),
+            max_tokens=ctx.short_max_tokens,
+            choices=q.choices(ctx),
+            temperature=ctx.temperature,
+            seed=ctx.seed,
+            purpose="answer",
+        )
+    )
+    return {
+        "answer": gen.text,
+        "canonical": extract_answer(gen.text, q.kind, q.options),
+        "route": "transfer",
+        "metrics": [record("answer", "large", gen)],
+    }
+
+
+def make_answer(large: VLMBackend) -> RunnableLambda:
+    """The ``answer`` node with its backend bound."""
+    return bind("answer", lambda state, ctx: answer(state, ctx, large))

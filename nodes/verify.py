@@ -1,0 +1,85 @@
+"""Mutual verification: small and large answer short, concurrently; agreement ends the run."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from langchain_core.runnables import RunnableLambda
+
+from mai_graph.answers import canonical_match, extract_answer
+from mai_graph.backends.base import GenerationRequest, VLMBackend
+from mai_graph.context import MAIContext
+from mai_graph.metrics import RESET_METRICS
+from mai_graph.prompts import short_messages
+from mai_graph.state import MAIState
+
+from ._common import bind, question_of, record
+
+# Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
+_RUN_KEYS = (
+    "small_answer", "small_canonical", "large_answer", "large_canonical", "reasoning",
+    "reasoning_token_ids", "reasoning_logprobs", "s2_answer", "s2_canonical", "transfer",
+    "sparsification", "answer", "canonical", "route",
+)  # fmt: skip
+
+
+async def verify(
+    state: MAIState, ctx: MAIContext, small: VLMBackend, large: VLMBackend
+) -> dict[str, Any]:
+    """Ask both models for a short answer at once; agreement (or a short baseline) ends the run.
+
+    CoT baselines (``small_cot`` / ``large_cot``) make no call here: they only prepare inputs.
+    """
+    q = question_of(state, ctx)
+    update: dict[str, Any] = dict.fromkeys(_RUN_KEYS)
+    update["metrics"] = [RESET_METRICS]
+    if q.image is not None and q.image is not state.get("image"):
+        update["image"] = q.image
+    if ctx.policy in ("small_cot", "large_cot"):
+        return update
+
+    def request() -> GenerationRequest:
+        return GenerationRequest(
+            messages=short_messages(ctx, q.image, q.text, q.options, q.kind),
+            max_tokens=ctx.short_max_tokens,
+            choices=q.choices(ctx),
+            temperature=ctx.temperature,
+            seed=ctx.seed,
+            purpose="short",
+        )
+
+    if ctx.policy in ("small", "large"):
+        backend = small if ctx.policy == "small" else large
+        gen = await backend.generate(request())
+        canonical = extract_answer(gen.text, q.kind, q.options)
+        update.update(
+            {f"{ctx.policy}_answer": gen.text, f"{ctx.policy}_canonical": canonical},
+            answer=gen.text,
+            canonical=canonical,
+            route=ctx.policy,
+        )
+        update["metrics"].append(record("verify", ctx.policy, gen))
+        return update
+
+    try:  # both in flight at once; one failing cancels the other
+        async with asyncio.TaskGroup() as tg:
+            small_task = tg.create_task(small.generate(request()))
+            large_task = tg.create_task(large.generate(request()))
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+    gs, gl = small_task.result(), large_task.result()
+    cs = extract_answer(gs.text, q.kind, q.options)
+    cl = extract_answer(gl.text, q.kind, q.options)
+    update.update(
+        small_answer=gs.text, small_canonical=cs, large_answer=gl.text, large_canonical=cl
+    )
+    update["metrics"] += [record("verify", "small", gs), record("verify", "large", gl)]
+    if canonical_match(cs, cl, rel_tol=ctx.rel_tol):
+        update.update(answer=gl.text, canonical=cl, route="agree")
+    return update
+
+
+def make_verify(small: VLMBackend, large: VLMBackend) -> RunnableLambda:
+    """The ``verify`` node with its backends bound."""
+    return bind("verify", lambda state, ctx: verify(state, ctx, small, large))
