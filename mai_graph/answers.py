@@ -127,6 +127,10 @@ def _norm_words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def _content_words(text: str) -> list[str]:
+    return [w for w in _norm_words(text) if w not in _ARTICLES]
+
+
 def _extract_choice(text: str, options: Sequence[str] | None) -> str:
     n = len(options) if options else 26
     letters = [chr(ord("A") + i) for i in range(min(n, 26))]
@@ -148,8 +152,8 @@ def _extract_choice(text: str, options: Sequence[str] | None) -> str:
                 return m.group(1).upper()
     if options:
         # The answer quotes an option's text: exact first, then the only option contained.
-        span_words = _norm_words(span)
-        norm_options = [_norm_words(o) for o in options]
+        span_words = _content_words(span)
+        norm_options = [_content_words(o) for o in options]
         for i, words in enumerate(norm_options):
             if words and words == span_words:
                 return letters[i]
@@ -181,12 +185,14 @@ def _extract_yes_no(text: str) -> str:
     words = _norm_words(_answer_span(text))
     if not words:
         return UNKNOWN
+    has_yes = any(w in ("yes", "true") for w in words)
+    has_no = any(w in ("no", "false") for w in words)
+    if has_yes and has_no:
+        return UNKNOWN
     if words[0] in _YES:
         return "yes"
     if words[0] in _NO:
         return "no"
-    has_yes = any(w in ("yes", "true") for w in words)
-    has_no = any(w in ("no", "false") for w in words)
     if has_yes != has_no:
         return "yes" if has_yes else "no"
     return UNKNOWN

@@ -15,6 +15,7 @@ on CPU the KV cache size is ``kv_cache_gib`` per engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -36,6 +37,16 @@ ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
 """The loop every engine built by :class:`VLLMBackend` lives on."""
 
 _START_LOCK = threading.Lock()  # engines start one after the other
+
+
+async def _stop(engine: AsyncLLM) -> None:
+    # Stop the output handler first, so it does not report the engine's exit as a failure.
+    handler = getattr(engine, "output_handler", None)
+    if handler is not None and not handler.done():
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await handler
+    engine.shutdown()
 
 
 def _on_cpu() -> bool:
@@ -145,11 +156,35 @@ class VLLMBackend:
         """Whether the engine is running."""
         return self._engine is not None
 
-    async def start(self) -> None:
-        """Start the engine now (otherwise the first request starts it)."""
-        if self._loop is None:
-            return
-        await self._loop.arun(self._start())
+    async def start(self, *, warmup: bool = True) -> None:
+        """Start the engine now (otherwise the first request starts it).
+
+        Args:
+            warmup: Also serve two tiny requests (one with an image and constrained choices,
+                one free-running with logprobs), so first-use costs are paid here rather than
+                by the first real request.
+        """
+        if self._loop is not None:
+            await self._loop.arun(self._start())
+        if warmup:
+            await self.warmup()
+
+    async def warmup(self) -> None:
+        """Serve two tiny requests that exercise the image, choice and logprob paths."""
+        from PIL import Image
+
+        from mai_graph.images import image_ref
+
+        ref = image_ref(Image.new("RGB", (64, 64), (127, 127, 127)))
+        text = {"type": "text", "text": "Warm-up."}
+        with_image: Any = ({"role": "user", "content": [{"type": "image", "image": ref}, text]},)
+        plain: Any = ({"role": "user", "content": [text]},)
+        await self.generate(
+            GenerationRequest(with_image, max_tokens=2, choices=("A", "B"), purpose="warmup")
+        )
+        await self.generate(
+            GenerationRequest(plain, max_tokens=8, min_tokens=8, logprobs=0, purpose="warmup")
+        )
 
     async def _start(self) -> None:
         if self._engine is not None:
@@ -192,7 +227,11 @@ class VLLMBackend:
     def shutdown(self) -> None:
         """Stop the engine and free its memory (a later request starts it again)."""
         engine, self._engine = self._engine, None
-        if engine is not None and self._owns_engine:
+        if engine is None or not self._owns_engine:
+            return
+        if self._loop is not None and not self._loop._in_loop():
+            self._loop.run(_stop(engine))
+        else:
             engine.shutdown()
 
     def running_requests(self) -> int:

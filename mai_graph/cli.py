@@ -1,0 +1,270 @@
+"""The ``mai-graph`` command: run, demo, build-tiny."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from mai_graph.context import MAIContext
+from mai_graph.errors import BackendError, ConfigError, MAIError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
+
+_FLOW = """\
+how MAI answers (multi-agent inference with a small and a large VLM of one family):
+  1. verify   both models answer short, concurrently; if they agree, that is the answer
+  2. reason   otherwise the small model writes a chain of thought
+  3. extract  the small model gives its final answer over its cached reasoning (S2);
+              if it now agrees with the large model's short answer, done
+  4. sparsify the reasoning is cut to its most important tokens (keep ratio)
+  5. answer   the large model reads them in prefill and answers short
+The large model never writes long output: decode is what costs.
+
+exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 anything else.
+"""
+
+
+def _add_context_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="mai", help="mai | small | large | small_cot | large_cot")
+    p.add_argument("--kind", default="auto", help="auto | choice | yes_no | number | text")
+    p.add_argument("--keep-ratio", type=float, default=0.2, help="share of reasoning kept")
+    p.add_argument("--cot-max-tokens", type=int, default=512, help="reasoning budget")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other MAIContext field, e.g. --set s2_exit=false (repeatable)",
+    )
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _context(args: argparse.Namespace) -> MAIContext:
+    values: dict[str, Any] = {
+        "policy": args.policy,
+        "answer_kind": args.kind,
+        "keep_ratio": args.keep_ratio,
+        "cot_max_tokens": args.cot_max_tokens,
+    }
+    known = {f.name for f in fields(MAIContext)}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in known:
+            raise ConfigError(
+                f"--set needs FIELD=VALUE with a MAIContext field, got {item!r}",
+                parameter="--set",
+                value=item,
+                fix=f"use one of {sorted(known)}",
+            )
+        values[key] = _parse_value(raw)
+    return MAIContext.coerce(values)
+
+
+def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
+    kind = args.backend
+    if kind == "fake":
+        from mai_graph.backends.fake import demo_backends
+
+        return demo_backends()
+    if not args.small or not args.large:
+        raise ConfigError(
+            f"--backend {kind} needs --small MODEL and --large MODEL",
+            parameter="--small/--large",
+            fix="pass checkpoint paths or hub ids of one model family "
+            "(or run `mai-graph build-tiny DIR` for a local test pair)",
+        )
+    if kind == "vllm":
+        from mai_graph.backends.vllm import VLLMBackend
+
+        return VLLMBackend(args.small), VLLMBackend(args.large)
+    if kind == "transformers":
+        from mai_graph.backends.transformers import TransformersBackend
+
+        return TransformersBackend(args.small), TransformersBackend(args.large)
+    raise ConfigError(f"unknown backend {kind!r}", parameter="--backend", value=kind)
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def format_calls(metrics: Sequence[dict[str, Any]]) -> str:
+    """A table of per-call metrics."""
+    head = f"  {'node':<8} {'role':<6} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} {'ttft':>6}"
+    rows = [head]
+    for m in metrics:
+        cached = "-" if m["cached_tokens"] is None else str(m["cached_tokens"])
+        rows.append(
+            f"  {m['node']:<8} {m['role']:<6} {m['prompt_tokens']:>7} {cached:>7} "
+            f"{m['generated_tokens']:>5} {_fmt_ms(m['latency_s']):>7} {_fmt_ms(m['ttft_s']):>6}"
+        )
+    return "\n".join(rows)
+
+
+def format_result(result: Any) -> str:
+    """Human-readable summary of a :class:`~mai_graph.api.MAIResult`."""
+    lines = [
+        f"route:     {result.route}",
+        f"answer:    {result.answer!r} (canonical: {result.canonical})",
+    ]
+    for label, value in (
+        ("small", result.small_answer),
+        ("large", result.large_answer),
+        ("s2", result.s2_answer),
+    ):
+        if value is not None:
+            lines.append(f"{label + ':':<10} {value!r}")
+    if result.sparsification:
+        s = result.sparsification
+        lines.append(
+            f"sparsify:  {s['strategy']} kept {s['tokens_out']}/{s['tokens_in']} tokens, "
+            f"dropped mass {s['dropped_mass']:.2f}"
+        )
+    lines.append(format_calls(result.metrics))
+    t = result.totals
+    lines.append(
+        f"total:     {result.wall_s * 1000:.0f} ms wall, {t['calls']} calls, "
+        f"{t['prompt_tokens']} prompt ({t['cached_tokens']} cached), "
+        f"{t['generated_tokens']} generated tokens"
+    )
+    return "\n".join(lines)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from mai_graph.api import arun
+
+    ctx = _context(args)
+    small, large = _backends(args)
+
+    async def go() -> Any:
+        try:
+            return await arun(
+                args.question, args.image, small=small, large=large,
+                options=args.option or None, context=ctx,
+            )  # fmt: skip
+        finally:
+            for backend in (small, large):
+                shutdown = getattr(backend, "shutdown", None)
+                if shutdown is not None:
+                    shutdown()
+
+    result = asyncio.run(go())
+    print(json.dumps(result.to_dict(), indent=1) if args.json else format_result(result))
+    return EXIT_OK
+
+
+def _cmd_build_tiny(args: argparse.Namespace) -> int:
+    from mai_graph.testing import build_tiny_pair, count_parameters
+
+    small, large = build_tiny_pair(args.dir, seed=args.seed, force=args.force)
+    ns, nl = count_parameters(small), count_parameters(large)
+    print(f"small: {small} ({ns:,} parameters)")
+    print(f"large: {large} ({nl:,} parameters, {nl / ns:.1f}x)")
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from mai_graph.demo import run_demo
+
+    return run_demo(
+        root=args.dir, backend=args.backend, cot_tokens=args.cot_tokens, as_json=args.json
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mai-graph``."""
+    parser = argparse.ArgumentParser(
+        prog="mai-graph",
+        description="Multi-agent inference for vision-language models, as a LangGraph graph.",
+        epilog=_FLOW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="answer one question about an image",
+        epilog=_FLOW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("question", help="the question text")
+    run.add_argument("--image", help="image file (PNG, JPEG, ...)")
+    run.add_argument(
+        "--option", action="append", help="a multiple-choice option, in order (repeat)"
+    )
+    run.add_argument(
+        "--backend",
+        default="fake",
+        choices=["fake", "vllm", "transformers"],
+        help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
+        "transformers: Hugging Face models in-process",
+    )
+    run.add_argument("--small", help="small model: checkpoint path or hub id")
+    run.add_argument("--large", help="large model: checkpoint path or hub id")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_context_flags(run)
+    run.set_defaults(func=_cmd_run)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run every route on the tiny local model pair with real engines",
+        description=textwrap.dedent(
+            """\
+            Builds (or reuses) the tiny random-weight Qwen3-VL pair, starts two engines and
+            runs MAI through each route on a generated image, printing per-node tokens and
+            latency. The weights are random, so the text is meaningless; the machinery is real.
+            """
+        ),
+    )
+    demo.add_argument("--dir", default=None, help="where the tiny pair lives (default: cache)")
+    demo.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
+    demo.add_argument("--cot-tokens", type=int, default=300, help="forced reasoning length")
+    demo.add_argument("--json", action="store_true", help="print results as JSON")
+    demo.set_defaults(func=_cmd_demo)
+
+    tiny = sub.add_parser("build-tiny", help="build the tiny random-weight Qwen3-VL pair")
+    tiny.add_argument("dir", nargs="?", default=None, help="target folder (default: cache)")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--force", action="store_true", help="rebuild even if present")
+    tiny.set_defaults(func=_cmd_build_tiny)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mai-graph`` command; returns the exit code."""
+    # Engine logs would interleave with the results on stdout; MAI_GRAPH_VERBOSE=1 keeps them.
+    if not os.environ.get("MAI_GRAPH_VERBOSE"):
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigError, ValueError) as exc:
+        print(f"mai-graph: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BackendError as exc:
+        print(f"mai-graph: backend error: {exc}", file=sys.stderr)
+        return EXIT_BACKEND
+    except MAIError as exc:
+        print(f"mai-graph: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _image_store(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path_factory.getbasetemp() / "images"))
+
+
+@pytest.fixture
+def png(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "red.png"
+    Image.new("RGB", (64, 48), (200, 20, 20)).save(path)
+    return path

@@ -1,0 +1,59 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mai_graph.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
+
+
+def test_run_prints_route_answer_and_per_node_metrics(capsys):
+    assert main(["run", "Which colour?", "--option", "red", "--option", "blue"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "route:" in out and "answer:" in out
+    assert "verify   small" in out and "total:" in out
+
+
+def test_run_json(capsys, png):
+    code = main(["run", "Is it red?", "--image", str(png), "--json", "--policy", "large"])
+    assert code == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["route"] == "large" and data["metrics"][0]["role"] == "large"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "q", "--image", "/no/such.png"], "image file not found"),
+        (["run", "q", "--policy", "fastest"], "policy must be one of"),
+        (["run", "q", "--keep-ratio", "2"], "keep_ratio must be in"),
+        (["run", "q", "--set", "nosuch=1"], "--set needs FIELD=VALUE"),
+        (["run", "q", "--backend", "vllm"], "needs --small MODEL and --large MODEL"),
+        (["run", "q", "--option", "only"], "need 2 to 26 options"),
+    ],
+)
+def test_bad_input_exits_2_with_a_fix(capsys, argv, message):
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("mai-graph: error:")
+
+
+def test_backend_failure_exits_3(capsys, tmp_path):
+    code = main(["run", "q", "--backend", "transformers", "--small", str(tmp_path / "none"),
+                 "--large", str(tmp_path / "none")])  # fmt: skip
+    assert code == EXIT_BACKEND
+    assert "model folder not found" in capsys.readouterr().err
+
+
+def test_set_parses_json_values(capsys):
+    assert main(["run", "Is it?", "--set", "s2_exit=false", "--set", "policy=\"small\""]) == EXIT_OK
+    assert "route:     small" in capsys.readouterr().out
+
+
+def test_help_explains_the_flow():
+    out = subprocess.run(
+        [sys.executable, "-m", "mai_graph.cli", "run", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    for word in ("verify", "reason", "extract", "sparsify", "answer", "exit codes"):
+        assert word in out.stdout
