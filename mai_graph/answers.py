@@ -158,9 +158,7 @@ def _extract_choice(text: str, options: Sequence[str] | None) -> str:
             if words and words == span_words:
                 return letters[i]
         contained = [
-            i
-            for i, words in enumerate(norm_options)
-            if words and _contains(span_words, words)
+            i for i, words in enumerate(norm_options) if words and _contains(span_words, words)
         ]
         # Prefer the longest option when one option's text contains another's ("red" / "red car").
         if contained:

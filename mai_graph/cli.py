@@ -1,4 +1,4 @@
-"""The ``mai-graph`` command: run, demo, build-tiny."""
+"""The ``mai-graph`` command: run, demo, build-tiny, diagram."""
 
 from __future__ import annotations
 
@@ -184,6 +184,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_diagram(args: argparse.Namespace) -> int:
+    from mai_graph.graph import mermaid
+
+    print(mermaid())
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mai-graph``."""
     parser = argparse.ArgumentParser(
@@ -240,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true", help="rebuild even if present")
     tiny.set_defaults(func=_cmd_build_tiny)
+    diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
+    diagram.set_defaults(func=_cmd_diagram)
     return parser
 
 

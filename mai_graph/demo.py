@@ -121,9 +121,7 @@ def run_demo(
                 await large.start()
             say("warming up ...")
             await run_scenario(SCENARIOS[2], small, large, image, 16)
-            return [
-                await run_scenario(s, small, large, image, cot_tokens) for s in SCENARIOS
-            ]
+            return [await run_scenario(s, small, large, image, cot_tokens) for s in SCENARIOS]
 
     try:
         results = asyncio.run(go())
@@ -139,7 +137,7 @@ def run_demo(
         print(f"\n=== {scenario.route} " + "=" * (60 - len(scenario.route)))
         print(format_result(result))
     print("\nsummary (speedup over the large model reasoning itself, large_cot):")
-    for scenario, result in zip(SCENARIOS, results):
+    for result in results:
         print(
             f"  {result.route:<14} {result.wall_s * 1000:>8.0f} ms  "
             f"{baseline / result.wall_s:>5.1f}x"

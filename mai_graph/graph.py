@@ -18,7 +18,7 @@ from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
 from mai_graph.state import InputState, MAIState, OutputState
 
-__all__ = ["NODES", "create_mai_graph", "route_after_extract", "route_after_verify"]
+__all__ = ["NODES", "create_mai_graph", "mermaid", "route_after_extract", "route_after_verify"]
 
 NODES = ("verify", "reason", "extract", "sparsify", "answer")
 _MODEL_NODES = ("verify", "reason", "extract", "answer")
@@ -26,9 +26,7 @@ _MODEL_NODES = ("verify", "reason", "extract", "answer")
 
 def is_transient(exc: BaseException) -> bool:
     """Retry only what may succeed on a second try: transient backend errors and timeouts."""
-    return (isinstance(exc, BackendError) and exc.transient) or isinstance(
-        exc, ConnectionError
-    )
+    return (isinstance(exc, BackendError) and exc.transient) or isinstance(exc, ConnectionError)
 
 
 DEFAULT_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, retry_on=is_transient)
@@ -51,7 +49,7 @@ def create_mai_graph(
     *,
     retry_policy: RetryPolicy | None = DEFAULT_RETRY,
     timeouts: float | Mapping[str, float] | None = None,
-) -> StateGraph:
+) -> StateGraph[MAIState, MAIContext, InputState, OutputState]:
     """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
 
     Flow: ``verify`` (both short, concurrently) → agree: end; else ``reason`` (small CoT) →
@@ -112,9 +110,7 @@ def create_mai_graph(
             timeout=per_node.get(name),
         )
     builder.add_edge(START, "verify")
-    builder.add_conditional_edges(
-        "verify", route_after_verify, {"done": END, "disagree": "reason"}
-    )
+    builder.add_conditional_edges("verify", route_after_verify, {"done": END, "disagree": "reason"})
     builder.add_edge("reason", "extract")
     builder.add_conditional_edges(
         "extract", route_after_extract, {"done": END, "transfer": "sparsify"}
@@ -151,3 +147,14 @@ def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:
             f"timeouts must be > 0 seconds, got {bad}", parameter="timeouts", value=bad
         )
     return table
+
+
+def mermaid() -> str:
+    """The graph's Mermaid diagram, as drawn by LangGraph from the compiled graph.
+
+    ``mai-graph diagram`` prints it (docs/architecture.md embeds it).
+    """
+    from mai_graph.backends.fake import ScriptedBackend
+
+    graph = create_mai_graph(ScriptedBackend(), ScriptedBackend()).compile(name="mai")
+    return str(graph.get_graph().draw_mermaid())

@@ -18,7 +18,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from mai_graph.errors import ImageError
 
@@ -61,7 +61,7 @@ def _to_rgb(img: PILImage.Image, source: str) -> PILImage.Image:
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         # 16/32-bit grey: rescale the actual range to 0..255.
         img32 = img.convert("F") if mode != "F" else img
-        lo, hi = img32.getextrema()  # type: ignore[misc]
+        lo, hi = cast(tuple[float, float], img32.getextrema())
         scale = 255.0 / (hi - lo) if hi > lo else 0.0
         return img32.point(lambda v: (v - lo) * scale).convert("L").convert("RGB")
     if mode in ("1", "L", "CMYK", "YCbCr", "LAB", "HSV"):

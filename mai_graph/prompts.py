@@ -57,10 +57,10 @@ def option_letters(options: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def question_block(question: str, options: Sequence[str] | None) -> str:
-    """The question and its lettered options, ending in a newline.
+    r"""The question and its lettered options, ending in a newline.
 
     >>> question_block("Which pet?", ["cat", "dog"])
-    'Question: Which pet?\\nOptions:\\nA. cat\\nB. dog\\n'
+    'Question: Which pet?\nOptions:\nA. cat\nB. dog\n'
     """
     text = f"Question: {question.strip()}\n"
     if options:

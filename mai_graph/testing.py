@@ -101,7 +101,11 @@ def tiny_pair_paths(root: str | os.PathLike[str] | None = None) -> tuple[Path, P
 
 def _fingerprint(seed: int) -> str:
     payload = json.dumps(
-        {"v": BUILDER_VERSION, "seed": seed, "specs": {k: asdict(v) for k, v in TINY_SPECS.items()}},
+        {
+            "v": BUILDER_VERSION,
+            "seed": seed,
+            "specs": {k: asdict(v) for k, v in TINY_SPECS.items()},
+        },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -177,8 +181,7 @@ def _config(spec: TinySpec, tokenizer: Any) -> Any:
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        **{"eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
     )
 
 
@@ -249,12 +252,16 @@ def build_tiny_pair(
         if all(json.loads((d / "mai-tiny.json").read_text())["fingerprint"] == stamp
                for d in (small_dir, large_dir)):  # fmt: skip
             return small_dir, large_dir
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     tokenizer = _build_tokenizer(vocab_size=640)
     processor = _processor(tokenizer)
     for i, (name, target) in enumerate((("small", small_dir), ("large", large_dir))):
         torch.manual_seed(seed * 1000 + i)
         config = _config(TINY_SPECS[name], tokenizer)
-        model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16).eval()
+        model: Any = Qwen3VLForConditionalGeneration(config)
+        model = model.to(dtype=torch.bfloat16).eval()
         model.generation_config = _generation_config(tokenizer)
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +45,13 @@ def current_context() -> MAIContext:
     return MAIContext.coerce(get_runtime().context)
 
 
-def bind(name: str, core: Callable[[MAIState, MAIContext], Awaitable[Update]]) -> RunnableLambda:
-    """A graph node from an async core: awaited under ``ainvoke``, and run on mai-graph's
-    background loop under sync ``invoke`` (engines stay on one loop either way).
+def bind(
+    name: str, core: Callable[[MAIState, MAIContext], Coroutine[Any, Any, Update]]
+) -> RunnableLambda:
+    """A graph node from an async core.
+
+    Awaited under ``ainvoke``; under sync ``invoke`` it runs on mai-graph's background loop
+    (engines stay on one loop either way).
     """
 
     async def afunc(state: MAIState) -> Update:

@@ -41,7 +41,10 @@ def test_arun_inside_a_running_loop():
     async def go():
         small, large = backends()
         results = await asyncio.gather(
-            *(arun(f"q{i}?", options=["w", "x", "y", "z"], small=small, large=large) for i in range(8))
+            *(
+                arun(f"q{i}?", options=["w", "x", "y", "z"], small=small, large=large)
+                for i in range(8)
+            )
         )
         return {r.route for r in results}
 

@@ -46,7 +46,7 @@ def test_backend_failure_exits_3(capsys, tmp_path):
 
 
 def test_set_parses_json_values(capsys):
-    assert main(["run", "Is it?", "--set", "s2_exit=false", "--set", "policy=\"small\""]) == EXIT_OK
+    assert main(["run", "Is it?", "--set", "s2_exit=false", "--set", 'policy="small"']) == EXIT_OK
     assert "route:     small" in capsys.readouterr().out
 
 

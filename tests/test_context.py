@@ -46,5 +46,11 @@ def test_context_is_the_graph_schema():
 
     g = create_mai_graph(ScriptedBackend("A"), ScriptedBackend("A")).compile()
     schema = g.get_context_jsonschema()
-    assert schema["properties"]["policy"]["enum"] == ["mai", "small", "large", "small_cot", "large_cot"]
+    assert schema["properties"]["policy"]["enum"] == [
+        "mai",
+        "small",
+        "large",
+        "small_cot",
+        "large_cot",
+    ]
     assert schema["properties"]["keep_ratio"]["default"] == 0.2

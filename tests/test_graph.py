@@ -86,7 +86,9 @@ def test_s2_exit_can_be_disabled():
     ],
 )
 def test_baseline_policies_are_routes_of_the_same_graph(policy, calls):
-    small, large = pair({"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "cot": "x", "s2": "D"})
+    small, large = pair(
+        {"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "cot": "x", "s2": "D"}
+    )
     out = ask(graph(small, large), context={"policy": policy})
     assert out["route"] == policy
     assert [(m["node"], m["role"]) for m in out["metrics"]] == calls
@@ -115,9 +117,7 @@ def test_verify_calls_are_concurrent():
     loop = asyncio.new_event_loop()
     try:
         start = loop.time()
-        out = loop.run_until_complete(
-            g.ainvoke({"question": "q?", "options": OPTIONS}, context={})
-        )
+        out = loop.run_until_complete(g.ainvoke({"question": "q?", "options": OPTIONS}, context={}))
         elapsed = loop.time() - start
     finally:
         loop.close()
@@ -169,7 +169,10 @@ def test_prompt_prefixes_are_shared_where_caching_needs_them():
     assert l_answer.messages[1]["content"][-1] == l_short.messages[1]["content"][-1]
     # The fake's prefix cache sees the shared prefixes.
     metrics = {(m["node"], m["role"]): m for m in ask(graph(small, large))["metrics"]}
-    assert metrics[("extract", "small")]["cached_tokens"] >= metrics[("reason", "small")]["prompt_tokens"]
+    assert (
+        metrics[("extract", "small")]["cached_tokens"]
+        >= metrics[("reason", "small")]["prompt_tokens"]
+    )
 
 
 def test_every_request_has_explicit_budgets_and_choices():
@@ -177,7 +180,12 @@ def test_every_request_has_explicit_budgets_and_choices():
     ctx = MAIContext(short_max_tokens=5, cot_max_tokens=40, cot_min_tokens=10, s2_max_tokens=3)
     ask(graph(small, large), context=ctx)
     by_purpose = {r.purpose: r for r in small.requests + large.requests}
-    assert by_purpose["short"].max_tokens == 5 and by_purpose["short"].choices == ("A", "B", "C", "D")
+    assert by_purpose["short"].max_tokens == 5 and by_purpose["short"].choices == (
+        "A",
+        "B",
+        "C",
+        "D",
+    )
     assert (by_purpose["cot"].max_tokens, by_purpose["cot"].min_tokens) == (40, 10)
     assert by_purpose["cot"].choices is None
     assert by_purpose["s2"].max_tokens == 3
@@ -264,7 +272,9 @@ def test_transient_backend_errors_are_retried():
     from mai_graph.graph import is_transient
 
     policy = RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False, retry_on=is_transient)
-    out = graph(small, large, retry_policy=policy).invoke({"question": "q?", "options": OPTIONS}, context={})
+    out = graph(small, large, retry_policy=policy).invoke(
+        {"question": "q?", "options": OPTIONS}, context={}
+    )
     assert out["route"] == "agree"
     assert len(small.calls("short")) == 2
 
@@ -288,6 +298,8 @@ def test_sync_and_async_invoke_agree():
     small, large = pair({"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "answer": "D"})
     g = graph(small, large)
     a = ask(g)
-    b = asyncio.run(g.ainvoke({"question": "Which colour is the square?", "options": OPTIONS}, context={}))
+    b = asyncio.run(
+        g.ainvoke({"question": "Which colour is the square?", "options": OPTIONS}, context={})
+    )
     assert a["route"] == b["route"] == "transfer"
     assert a["answer"] == b["answer"]

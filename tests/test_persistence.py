@@ -2,7 +2,6 @@
 
 import asyncio
 
-import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -11,10 +10,12 @@ from mai_graph import ScriptedBackend, create_mai_graph
 
 OPTIONS = ["red", "blue", "green", "yellow"]
 
+
 def backends():
     small = ScriptedBackend({"short": "A", "cot": "blue square and 2 circles", "s2": "C"}, name="s")
     large = ScriptedBackend({"short": "B", "answer": "D"}, name="l")
     return small, large
+
 
 def check_round_trip(g, cfg, png):
     out = g.invoke({"question": "Which?", "options": OPTIONS, "image": str(png)}, cfg, context={})
@@ -28,9 +29,11 @@ def check_round_trip(g, cfg, png):
         for value in snapshot.values.values():
             assert not isinstance(value, bytes | bytearray)
 
+
 def test_in_memory_saver(png):
     g = create_mai_graph(*backends()).compile(checkpointer=InMemorySaver())
     check_round_trip(g, {"configurable": {"thread_id": "mem"}}, png)
+
 
 def test_sqlite_saver_survives_a_new_connection(png, tmp_path):
     db = tmp_path / "state.sqlite"
@@ -42,6 +45,7 @@ def test_sqlite_saver_survives_a_new_connection(png, tmp_path):
         g = create_mai_graph(*backends()).compile(checkpointer=saver)
         values = g.get_state(cfg).values
         assert values["route"] == "transfer" and values["image"]["width"] == 64
+
 
 def test_async_sqlite_saver(png, tmp_path):
 

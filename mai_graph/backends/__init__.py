@@ -1,0 +1,1 @@
+"""Model backends: the protocol, vLLM, transformers and the shipped fakes."""

@@ -23,11 +23,15 @@ __all__ = [
 
 
 class TextPart(TypedDict):
+    """A text content part."""
+
     type: Literal["text"]
     text: str
 
 
 class ImagePart(TypedDict):
+    """An image content part (a validated reference, never pixels)."""
+
     type: Literal["image"]
     image: ImageRef
 
@@ -95,7 +99,9 @@ class GenerationRequest:
             )
         if self.choices is not None and not self.choices:
             raise ConfigError(
-                "choices must not be empty", parameter="choices", value=self.choices,
+                "choices must not be empty",
+                parameter="choices",
+                value=self.choices,
                 fix="pass None for unconstrained output",
             )
 
@@ -161,5 +167,3 @@ def check_backend(backend: object, parameter: str) -> VLMBackend:
             fix="pass e.g. VLLMBackend(...), ScriptedBackend(...) or FunctionBackend(fn)",
         )
     return backend
-
-

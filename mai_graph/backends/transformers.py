@@ -28,7 +28,7 @@ from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import ImageRef, load_image
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = ["TransformersBackend"]
 
@@ -147,8 +147,6 @@ class TransformersBackend:
 
     def prepare(self, request: GenerationRequest) -> dict[str, Any]:
         """Expanded ``input_ids``, ``position_ids`` and vision inputs of a request's prompt."""
-        import torch
-
         rendered = render(self.tokenizer, request.messages, self._eos_ids())
         return self._expand(rendered.token_ids, rendered.images)
 
@@ -191,8 +189,10 @@ class TransformersBackend:
     # -- KV cache reuse -----------------------------------------------------------------------
 
     def _lookup(self, ids: tuple[int, ...], image_end: int) -> tuple[int, Any]:
-        """A copy of the cache sharing the longest prefix with ``ids`` (covering every image
-        token, leaving at least one token to prefill), cropped to that prefix."""
+        """A copy of the cache sharing the longest prefix with ``ids``, cropped to it.
+
+        The prefix must cover every image token and leave at least one token to prefill.
+        """
         import copy
 
         best_len, best_key = 0, None
@@ -322,12 +322,16 @@ class TransformersBackend:
                 if step + 1 == request.max_tokens:
                     break
                 step_pos = torch.full((3, 1, 1), next_pos + step, dtype=positions.dtype)
-                logits = model(
-                    input_ids=torch.tensor([[token]]),
-                    position_ids=step_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                ).logits[0, -1].float()
+                logits = (
+                    model(
+                        input_ids=torch.tensor([[token]]),
+                        position_ids=step_pos,
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    .logits[0, -1]
+                    .float()
+                )
             # The cache now holds prompt + all generated tokens but the last.
             if len(out_ids) > 1:
                 self._store(key + tuple(out_ids[:-1]), cache)

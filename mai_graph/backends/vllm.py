@@ -284,7 +284,8 @@ class VLLMBackend:
         ttft: float | None = None
         final = None
         try:
-            async for out in self._engine.generate(prompt, params, request.request_id):
+            stream = self._engine.generate(prompt, params, request.request_id)  # type: ignore[arg-type]
+            async for out in stream:
                 if ttft is None and out.outputs and out.outputs[0].token_ids:
                     ttft = time.perf_counter() - start
                 final = out
@@ -308,7 +309,7 @@ class VLLMBackend:
         logprobs = None
         if request.logprobs is not None and completion.logprobs is not None:
             logprobs = tuple(
-                float(step[tid].logprob)
+                float(step[tid].logprob) if step is not None else float("nan")
                 for tid, step in zip(completion.token_ids, completion.logprobs)
             )
         prompt_logprobs = None

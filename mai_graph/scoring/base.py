@@ -18,8 +18,9 @@ _FORCE_WORD = re.compile(r"\d|^(?:not|no|never|none|neither|nor|cannot|\w+n't)$"
 
 @runtime_checkable
 class TokenScorer(Protocol):
-    """Scores each reasoning token's importance (higher = keep). Implementations:
-    :class:`~mai_graph.scoring.relevance.RelevanceScorer`.
+    """Scores each reasoning token's importance (higher = keep).
+
+    Implementations: :class:`~mai_graph.scoring.relevance.RelevanceScorer`.
     """
 
     name: str
