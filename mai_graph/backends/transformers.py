@@ -222,6 +222,11 @@ class TransformersBackend:
         while len(self._caches) > self._cache_entries:
             self._caches.popitem(last=False)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being served right now."""
+        return self._lock.locked()
+
     def clear_cache(self) -> None:
         """Drop every stored KV cache."""
         self._caches.clear()

@@ -1,0 +1,171 @@
+"""The whole MAI graph on real engines (vLLM CPU and transformers), with an image.
+
+Random weights: the tests check routes, token counts, caching, cancellation and concurrency,
+never the text. Routes are forced by narrowing what an engine may output for one step.
+"""
+
+import asyncio
+import time
+
+import pytest
+
+from mai_graph import MAIContext, arun
+from mai_graph.backends.render import render
+from mai_graph.backends.steered import SteeredBackend
+
+pytestmark = pytest.mark.engine
+
+QUESTION = (
+    "Look at the picture of coloured shapes on a grey background. Which colour is the large "
+    "square in the centre of the image, and how does it compare with the smaller circle?"
+)
+OPTIONS = ["red", "blue", "green", "yellow"]
+COT = 64
+ROUTES = {
+    "agree": ({"short": ["A"]}, {"short": ["A"]}),
+    "extract_agree": ({"short": ["A"], "s2": ["B"]}, {"short": ["B"]}),
+    "transfer": ({"short": ["A"], "s2": ["C"]}, {"short": ["B"]}),
+}
+
+
+class Recorder:
+    """Records each request and its generation (the engines stay untouched)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.calls = inner, inner.name, []
+
+    async def generate(self, request):
+        gen = await self.inner.generate(request)
+        self.calls.append((request, gen))
+        return gen
+
+    def call(self, purpose):
+        (found,) = [(r, g) for r, g in self.calls if r.purpose == purpose]
+        return found
+
+
+def ctx(**kw):
+    return MAIContext(cot_max_tokens=COT, cot_min_tokens=COT, short_max_tokens=8, **kw)
+
+
+def tokenizer_of(backend):
+    return backend._tokenizer if hasattr(backend, "_tokenizer") else backend.tokenizer
+
+
+def shared_prefix(backend, a, b):
+    """Expanded prompt tokens two requests share (the image counts as its expanded tokens)."""
+    tok = tokenizer_of(backend)
+    ids_a = render(tok, a.messages, set()).token_ids
+    ids_b = render(tok, b.messages, set()).token_ids
+    n = 0
+    for x, y in zip(ids_a, ids_b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+async def steered_run(small, large, route, scene, **kw):
+    s_choices, l_choices = ROUTES[route]
+    small_rec, large_rec = (
+        Recorder(SteeredBackend(small, s_choices)),
+        Recorder(SteeredBackend(large, l_choices)),
+    )
+    result = await arun(
+        QUESTION, str(scene), options=OPTIONS, small=small_rec, large=large_rec, context=ctx(**kw)
+    )
+    return result, small_rec, large_rec
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+async def test_forced_routes(engines, scene, route):
+    _, small, large = engines
+    result, small_rec, large_rec = await steered_run(small, large, route, scene)
+    assert result.route == route
+    nodes = [m["node"] for m in result.metrics]
+    want = {
+        "agree": ["verify", "verify"],
+        "extract_agree": ["verify", "verify", "reason", "extract"],
+        "transfer": ["verify", "verify", "reason", "extract", "answer"],
+    }[route]
+    assert nodes == want
+    for m in result.metrics:
+        assert m["prompt_tokens"] > 100  # system + expanded image + question
+        assert m["generated_tokens"] >= 1 and m["latency_s"] > 0
+    if route != "agree":
+        reason = next(m for m in result.metrics if m["node"] == "reason")
+        assert reason["generated_tokens"] == COT  # forced length, counted by the engine
+        assert reason["finish_reason"] == "length"
+
+
+async def test_s2_and_transfer_reuse_cached_prefixes(engines, scene):
+    kind, small, large = engines
+    result, small_rec, large_rec = await steered_run(small, large, "transfer", scene)
+    block = 32 if kind == "vllm" else 1
+    cot_req, cot_gen = small_rec.call("cot")
+    s2_req, s2_gen = small_rec.call("s2")
+    # S2's prompt extends the CoT prompt + reasoning: everything before the new turn is cached.
+    image_extra = cot_gen.prompt_tokens - len(
+        render(tokenizer_of(small), cot_req.messages, set()).token_ids
+    )
+    s2_shared = cot_gen.prompt_tokens + COT - 1
+    assert s2_gen.cached_tokens > 0
+    assert s2_gen.cached_tokens >= (s2_shared // block) * block
+    # The large model's transfer prompt shares system + image + question with its verify call.
+    short_req, short_gen = large_rec.call("short")
+    ans_req, ans_gen = large_rec.call("answer")
+    shared = shared_prefix(large, short_req, ans_req) + image_extra
+    assert shared > 100
+    assert ans_gen.cached_tokens >= (shared // block) * block
+    assert s2_gen.cached_tokens / s2_shared >= 0.9
+
+
+async def test_baselines_on_engines(engines, scene):
+    _, small, large = engines
+    for policy, role in (("small_cot", "small"), ("large_cot", "large"), ("large", "large")):
+        result = await arun(
+            QUESTION,
+            str(scene),
+            options=OPTIONS,
+            small=small,
+            large=large,
+            context=ctx(policy=policy),
+        )
+        assert result.route == policy
+        assert {m["role"] for m in result.metrics} == {role}
+        assert result.canonical in {"A", "B", "C", "D"}  # constrained to the option letters
+
+
+async def test_cancelled_run_aborts_engine_requests(engines, scene):
+    kind, small, large = engines
+    long = MAIContext(cot_max_tokens=2000, cot_min_tokens=2000, short_max_tokens=8)
+    s_choices, l_choices = ROUTES["transfer"]
+    task = asyncio.create_task(
+        arun(QUESTION, str(scene), options=OPTIONS, small=SteeredBackend(small, s_choices),
+             large=SteeredBackend(large, l_choices), context=long)
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not busy(kind, small):
+        assert time.monotonic() < deadline, "reasoning never started"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 10
+    while busy(kind, small):
+        assert time.monotonic() < deadline, "the engine kept working on a cancelled request"
+        await asyncio.sleep(0.05)
+
+
+def busy(kind, backend):
+    if kind == "vllm":
+        return backend.running_requests() > 0
+    return backend.busy
+
+
+async def test_sixteen_concurrent_graph_runs(engines, scene):
+    _, small, large = engines
+    runs = await asyncio.gather(*(steered_run(small, large, "transfer", scene) for _ in range(16)))
+    assert [result.route for result, _, _ in runs] == ["transfer"] * 16
+    assert all(len(result.metrics) == 5 for result, _, _ in runs)
