@@ -6,7 +6,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 
 from mai_graph.answers import AnswerKind, resolve_kind
@@ -45,22 +45,31 @@ def current_context() -> MAIContext:
     return MAIContext.coerce(get_runtime().context)
 
 
-def bind(
-    name: str, core: Callable[[MAIState, MAIContext], Coroutine[Any, Any, Update]]
-) -> RunnableLambda:
-    """A graph node from an async core.
+class Node(Runnable[MAIState, Update]):
+    """A graph node over an async core ``(state, ctx) -> update``.
 
-    Awaited under ``ainvoke``; under sync ``invoke`` it runs on mai-graph's background loop
-    (engines stay on one loop either way).
+    Awaited under ``ainvoke``; under sync ``invoke`` the core runs on mai-graph's background
+    loop, so engines stay on one loop either way. A bare Runnable (no callback or signature
+    machinery per call) keeps orchestration overhead low.
     """
 
-    async def afunc(state: MAIState) -> Update:
-        return await core(state, current_context())
+    def __init__(
+        self, name: str, core: Callable[[MAIState, MAIContext], Coroutine[Any, Any, Update]]
+    ):
+        self.name = name
+        self.core = core
 
-    def func(state: MAIState) -> Update:
-        return run_sync(core(state, current_context()))
+    def invoke(
+        self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Update:
+        """Run the core to completion from sync code."""
+        return run_sync(self.core(input, current_context()))
 
-    return RunnableLambda(func, afunc=afunc, name=name)
+    async def ainvoke(
+        self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Update:
+        """Await the core."""
+        return await self.core(input, current_context())
 
 
 def question_of(state: MAIState, ctx: MAIContext) -> Question:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.runnables import RunnableLambda
-
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import GenerationRequest, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.prompts import transfer_messages
 from mai_graph.state import MAIState
 
-from ._common import bind, question_of, record
+from ._common import Node, question_of, record
 
 
 async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[str, Any]:
@@ -38,6 +36,6 @@ async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[st
     }
 
 
-def make_answer(large: VLMBackend) -> RunnableLambda:
+def make_answer(large: VLMBackend) -> Node:
     """The ``answer`` node with its backend bound."""
-    return bind("answer", lambda state, ctx: answer(state, ctx, large))
+    return Node("answer", lambda state, ctx: answer(state, ctx, large))

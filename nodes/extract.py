@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.runnables import RunnableLambda
-
 from mai_graph.answers import canonical_match, extract_answer
 from mai_graph.backends.base import GenerationRequest, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.prompts import cot_messages, s2_messages
 from mai_graph.state import MAIState
 
-from ._common import bind, question_of, record
+from ._common import Node, question_of, record
 from .reason import reasoner
 
 
@@ -59,6 +57,6 @@ async def extract(
     return update
 
 
-def make_extract(small: VLMBackend, large: VLMBackend) -> RunnableLambda:
+def make_extract(small: VLMBackend, large: VLMBackend) -> Node:
     """The ``extract`` node with its backends bound."""
-    return bind("extract", lambda state, ctx: extract(state, ctx, small, large))
+    return Node("extract", lambda state, ctx: extract(state, ctx, small, large))

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.runnables import RunnableLambda
-
 from mai_graph.backends.base import GenerationRequest, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.prompts import cot_messages
 from mai_graph.state import MAIState
 
-from ._common import bind, question_of, record
+from ._common import Node, question_of, record
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -45,6 +43,6 @@ async def reason(
     }
 
 
-def make_reason(small: VLMBackend, large: VLMBackend) -> RunnableLambda:
+def make_reason(small: VLMBackend, large: VLMBackend) -> Node:
     """The ``reason`` node with its backends bound."""
-    return bind("reason", lambda state, ctx: reason(state, ctx, small, large))
+    return Node("reason", lambda state, ctx: reason(state, ctx, small, large))

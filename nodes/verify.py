@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from langchain_core.runnables import RunnableLambda
-
 from mai_graph.answers import canonical_match, extract_answer
 from mai_graph.backends.base import GenerationRequest, VLMBackend
 from mai_graph.context import MAIContext
@@ -14,7 +12,7 @@ from mai_graph.metrics import RESET_METRICS
 from mai_graph.prompts import short_messages
 from mai_graph.state import MAIState
 
-from ._common import bind, question_of, record
+from ._common import Node, question_of, record
 
 # Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
 _RUN_KEYS = (
@@ -32,8 +30,9 @@ async def verify(
     CoT baselines (``small_cot`` / ``large_cot``) make no call here: they only prepare inputs.
     """
     q = question_of(state, ctx)
-    update: dict[str, Any] = dict.fromkeys(_RUN_KEYS)
-    update["metrics"] = [RESET_METRICS]
+    # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
+    update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
+    update["metrics"] = [RESET_METRICS] if state.get("metrics") else []
     if q.image is not None and q.image is not state.get("image"):
         update["image"] = q.image
     if ctx.policy in ("small_cot", "large_cot"):
@@ -80,6 +79,6 @@ async def verify(
     return update
 
 
-def make_verify(small: VLMBackend, large: VLMBackend) -> RunnableLambda:
+def make_verify(small: VLMBackend, large: VLMBackend) -> Node:
     """The ``verify`` node with its backends bound."""
-    return bind("verify", lambda state, ctx: verify(state, ctx, small, large))
+    return Node("verify", lambda state, ctx: verify(state, ctx, small, large))

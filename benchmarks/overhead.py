@@ -1,0 +1,144 @@
+"""Orchestration overhead: the MAI graph vs the same node calls wired by hand with asyncio.
+
+Zero-latency backends return a fixed generation at once, so what is timed is orchestration:
+LangGraph's scheduling, state merging and channel writes on top of the nodes' own work (prompt
+building, answer extraction, sparsification), which the plain version does too.
+
+    python benchmarks/overhead.py [--runs 1000]
+
+Prints, per route, the median per-run time of both versions (over 5 rounds), the overhead per
+run (graph - plain), the ratio graph / plain, and LangGraph's floor: a graph of the same shape
+whose nodes do nothing (what any LangGraph graph of this shape costs per run on this machine).
+"""
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from mai_graph import Generation, MAIContext, create_mai_graph
+from mai_graph.metrics import merge_metrics
+from mai_graph.nodes.answer import answer
+from mai_graph.nodes.extract import extract
+from mai_graph.nodes.reason import reason
+from mai_graph.nodes.sparsify import sparsify
+from mai_graph.nodes.verify import verify
+
+REASONING = " ".join(
+    "the square in the middle is red while the two circles are blue so option A fits".split() * 8
+)
+
+
+class ZeroBackend:
+    """Answers instantly from a per-purpose table; no bookkeeping."""
+
+    def __init__(self, name, table):
+        self.name = name
+        self._gens = {
+            purpose: Generation(text=text, model=name, prompt_tokens=100, generated_tokens=1,
+                                latency_s=0.0, cached_tokens=0)
+            for purpose, text in table.items()
+        }  # fmt: skip
+
+    async def generate(self, request):
+        return self._gens[request.purpose]
+
+
+ROUTES = {
+    "agree": ({"short": "A"}, {"short": "A"}),
+    "transfer": ({"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "answer": "D"}),
+}
+
+
+async def plain(state, ctx, small, large):
+    """The same nodes, called and merged by hand."""
+
+    def merge(state, update):
+        metrics = merge_metrics(state.get("metrics"), update.pop("metrics", None))
+        return {**state, **update, "metrics": metrics}
+
+    state = merge(state, await verify(state, ctx, small, large))
+    if state.get("route"):
+        return state
+    state = merge(state, await reason(state, ctx, small, large))
+    state = merge(state, await extract(state, ctx, small, large))
+    if state.get("route"):
+        return state
+    state = merge(state, sparsify(state, ctx))
+    return merge(state, await answer(state, ctx, large))
+
+
+def floor_graph(route):
+    """LangGraph's own floor: the same shape, nodes that only write the route."""
+    from langgraph.graph import END, START, StateGraph
+
+    from mai_graph.graph import route_after_extract, route_after_verify
+    from mai_graph.state import MAIState
+
+    async def verify_(state):
+        return {"route": "agree"} if route == "agree" else {}
+
+    async def noop(state):
+        return {}
+
+    async def answer_(state):
+        return {"route": "transfer"}
+
+    b = StateGraph(MAIState)
+    for name, fn in (("verify", verify_), ("reason", noop), ("extract", noop),
+                     ("sparsify", noop), ("answer", answer_)):  # fmt: skip
+        b.add_node(name, fn)
+    b.add_edge(START, "verify")
+    b.add_conditional_edges("verify", route_after_verify, {"done": END, "disagree": "reason"})
+    b.add_edge("reason", "extract")
+    b.add_conditional_edges("extract", route_after_extract, {"done": END, "transfer": "sparsify"})
+    b.add_edge("sparsify", "answer")
+    b.add_edge("answer", END)
+    return b.compile()
+
+
+async def timed(fn, runs):
+    start = time.perf_counter()
+    for _ in range(runs):
+        await fn()
+    return (time.perf_counter() - start) / runs
+
+
+async def main(runs: int, rounds: int) -> None:
+    ctx = MAIContext()
+    state = {
+        "question": "Which colour is the square?",
+        "options": ["red", "blue", "green", "yellow"],
+    }
+    print(
+        f"{'route':<10} {'graph ms':>9} {'plain ms':>9} {'overhead ms':>12} {'ratio':>6}"
+        f" {'langgraph floor ms':>19}"
+    )
+    for route, (small_table, large_table) in ROUTES.items():
+        small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
+        graph = create_mai_graph(small, large).compile()
+        out = await graph.ainvoke(state, context=ctx)
+        ref = await plain(state, ctx, small, large)
+        assert out["route"] == ref["route"] == route, (out["route"], ref["route"])
+        floor = floor_graph(route)
+        g_times, p_times, f_times = [], [], []
+        for _ in range(rounds):
+            f_times.append(await timed(lambda f=floor: f.ainvoke(state), runs))
+            g_times.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+            p_times.append(
+                await timed(lambda s=small, l=large: plain(state, ctx, s, l), runs)  # noqa: E741
+            )
+        g, p = statistics.median(g_times), statistics.median(p_times)
+        f = statistics.median(f_times)
+        print(
+            f"{route:<10} {g * 1e3:>9.3f} {p * 1e3:>9.3f} {(g - p) * 1e3:>12.3f} {g / p:>6.2f}"
+            f" {f * 1e3:>19.3f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.rounds))
