@@ -43,9 +43,9 @@ def hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _template(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool) -> str:
+def _template(template: Any, messages: Sequence[Message], *, generation_prompt: bool) -> str:
     try:
-        text = tokenizer.apply_chat_template(
+        text = template.apply_chat_template(
             hf_messages(messages), tokenize=False, add_generation_prompt=generation_prompt
         )
     except Exception as exc:
@@ -61,22 +61,31 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def render(tokenizer: Any, messages: Sequence[Message], eos_token_ids: set[int]) -> RenderedPrompt:
+def render(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    eos_token_ids: set[int],
+    *,
+    template: Any = None,
+) -> RenderedPrompt:
     """Render and tokenize ``messages``, ending with the assistant generation prompt.
 
     Args:
-        tokenizer: A Hugging Face tokenizer (or processor) with a chat template.
+        tokenizer: A Hugging Face tokenizer (encodes the rendered text).
         messages: The conversation.
         eos_token_ids: End-of-turn ids the engine may leave at the end of generated ids.
+        template: What renders the chat template: the model's processor (vision models keep
+            their template there), default the tokenizer.
     """
+    template = template if template is not None else tokenizer
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
     last_gen = max(
         (i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("token_ids")),
         default=None,
     )
-    full = _template(tokenizer, messages, generation_prompt=True)
+    full = _template(template, messages, generation_prompt=True)
     if last_gen is not None:
-        head = _template(tokenizer, messages[:last_gen], generation_prompt=True)
+        head = _template(template, messages[:last_gen], generation_prompt=True)
         generated = messages[last_gen]
         text = "".join(p["text"] for p in generated["content"] if p["type"] == "text")
         if full.startswith(head + text):

@@ -147,7 +147,9 @@ class TransformersBackend:
 
     def prepare(self, request: GenerationRequest) -> dict[str, Any]:
         """Expanded ``input_ids``, ``position_ids`` and vision inputs of a request's prompt."""
-        rendered = render(self.tokenizer, request.messages, self._eos_ids())
+        rendered = render(
+            self.tokenizer, request.messages, self._eos_ids(), template=self.processor
+        )
         return self._expand(rendered.token_ids, rendered.images)
 
     def _expand(self, ids: list[int], images: list[ImageRef]) -> dict[str, Any]:

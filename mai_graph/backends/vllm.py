@@ -113,6 +113,7 @@ class VLLMBackend:
         self._engine: AsyncLLM | None = None
         self._owns_engine = True
         self._tokenizer: Any = None
+        self._template: Any = None
         self._eos: set[int] = set()
         self._loop: BackgroundLoop | None = ENGINE_LOOP
         self._start_lock: asyncio.Lock | None = None
@@ -214,8 +215,21 @@ class VLLMBackend:
             self._bind_tokenizer()
 
     def _bind_tokenizer(self) -> None:
+        from transformers import AutoProcessor
+
         assert self._engine is not None
         self._tokenizer = self._engine.get_tokenizer()
+        # Vision checkpoints keep their chat template with the processor.
+        model_config = self._engine.model_config
+        try:
+            processor = AutoProcessor.from_pretrained(
+                model_config.model,
+                revision=model_config.revision,
+                trust_remote_code=model_config.trust_remote_code,
+            )
+        except (OSError, ValueError):
+            processor = None
+        self._template = processor if getattr(processor, "chat_template", None) else None
         eos = getattr(self._tokenizer, "eos_token_id", None)
         self._eos = {eos} if isinstance(eos, int) else set()
         generation_eos = self._engine.model_config.try_get_generation_config().get("eos_token_id")
@@ -233,6 +247,15 @@ class VLLMBackend:
             self._loop.run(_stop(engine))
         else:
             engine.shutdown()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer (available once the engine started)."""
+        if self._tokenizer is None:
+            raise BackendError(
+                f"{self.name}: the engine has not started yet", fix="await backend.start() first"
+            )
+        return self._tokenizer
 
     def running_requests(self) -> int:
         """Requests the engine is still working on (0 after a cancelled run)."""
@@ -268,7 +291,7 @@ class VLLMBackend:
         )
 
     def _prompt(self, request: GenerationRequest) -> dict[str, Any]:
-        rendered = render(self._tokenizer, request.messages, self._eos)
+        rendered = render(self._tokenizer, request.messages, self._eos, template=self._template)
         prompt: dict[str, Any] = {"prompt_token_ids": rendered.token_ids}
         if rendered.images:
             prompt["multi_modal_data"] = {"image": [load_image(r) for r in rendered.images]}

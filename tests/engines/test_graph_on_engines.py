@@ -48,13 +48,9 @@ def ctx(**kw):
     return MAIContext(cot_max_tokens=COT, cot_min_tokens=COT, short_max_tokens=8, **kw)
 
 
-def tokenizer_of(backend):
-    return backend._tokenizer if hasattr(backend, "_tokenizer") else backend.tokenizer
-
-
 def shared_prefix(backend, a, b):
     """Expanded prompt tokens two requests share (the image counts as its expanded tokens)."""
-    tok = tokenizer_of(backend)
+    tok = backend.tokenizer
     ids_a = render(tok, a.messages, set()).token_ids
     ids_b = render(tok, b.messages, set()).token_ids
     n = 0
@@ -106,7 +102,7 @@ async def test_s2_and_transfer_reuse_cached_prefixes(engines, scene):
     s2_req, s2_gen = small_rec.call("s2")
     # S2's prompt extends the CoT prompt + reasoning: everything before the new turn is cached.
     image_extra = cot_gen.prompt_tokens - len(
-        render(tokenizer_of(small), cot_req.messages, set()).token_ids
+        render(small.tokenizer, cot_req.messages, set()).token_ids
     )
     s2_shared = cot_gen.prompt_tokens + COT - 1
     assert s2_gen.cached_tokens > 0
