@@ -14,6 +14,7 @@ large model's transfer call read from the engine's cache.
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import statistics
 import tempfile
 import time
@@ -60,9 +61,7 @@ async def route_once(small, large, image, route):
     small_text, large_text, policy = ROUTES[route]
     fs, fl = Forced(small, small_text), Forced(large, large_text)
     ctx = MAIContext(policy=policy, cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT)
-    result = await arun(
-        DEMO_QUESTION, str(image), options=DEMO_OPTIONS, small=fs, large=fl, context=ctx
-    )
+    result = await arun(question, str(image), options=DEMO_OPTIONS, small=fs, large=fl, context=ctx)
     return result, fs, fl
 
 
@@ -130,12 +129,12 @@ async def run_benchmark(args, small, large, image):
                     render(small.tokenizer, cot_req.messages, set()).token_ids
                 )
                 s2_prefix = shared(small.tokenizer, cot_req, s2_req) + image_extra + COT - 1
-                s2_share.append(min(s2_gen.cached_tokens or 0, s2_prefix) / s2_prefix)
+                s2_share.append((s2_gen.cached_tokens or 0) / s2_prefix)
                 (short_req, _), (ans_req, ans_gen) = [
                     c for c in fl.calls if c[0].purpose in ("short", "answer")
                 ]
                 prefix = shared(large.tokenizer, short_req, ans_req) + image_extra
-                transfer_share.append(min(ans_gen.cached_tokens or 0, prefix) / prefix)
+                transfer_share.append((ans_gen.cached_tokens or 0) / prefix)
 
     med = {route: statistics.median(v) for route, v in walls.items()}
     base = med["large-CoT (baseline)"]

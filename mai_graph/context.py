@@ -21,12 +21,17 @@ Policy = Literal["mai", "small", "large", "small_cot", "large_cot"]
 - ``large_cot``: baseline, the large model reasons, then its S2 answer is taken.
 """
 
-SparsifyStrategy = Literal["relevance", "none"]
+SparsifyStrategy = Literal["surprisal", "attention", "relevance", "none"]
 """How the small model's reasoning is cut before the large model reads it.
 
-- ``relevance``: model-free; keeps the words most related to the question and options,
-  plus numbers, option letters and negations.
+- ``surprisal``: keep the tokens the small model found least predictable (``-logprob`` of each
+  generated token; the logprobs come free with the reasoning). Works on every engine.
+- ``attention``: keep the tokens the small model's answer-extraction turn attends to most (the
+  paper's strategy); needs the small model in transformers (see :class:`AttentionScorer`).
+- ``relevance``: model-free; keeps the words most related to the question and options.
 - ``none``: transfer the full reasoning (the ablation baseline).
+
+Digits, option letters and negations are kept by every strategy unless ``force_keep`` is off.
 """
 
 
@@ -73,10 +78,19 @@ class MAIContext:
     """Budget of the S2 answer-extraction turn."""
     s2_exit: bool = True
     """End the run when the S2 answer agrees with the large model's short answer."""
-    sparsify: SparsifyStrategy = "relevance"
+    sparsify: SparsifyStrategy = "surprisal"
     """Sparsification strategy; see :data:`SparsifyStrategy`."""
     keep_ratio: float = 0.2
     """Share of reasoning tokens the large model reads, in (0, 1]."""
+    keep_mass: float | None = None
+    """Instead of a ratio, keep the fewest top tokens covering this share of the importance
+    mass, in (0, 1]."""
+    whole_words: bool = True
+    """Keep or drop whole words rather than sub-word pieces."""
+    force_keep: bool = True
+    """Always keep digits, option letters and negations."""
+    max_transfer_tokens: int = 2048
+    """Upper bound on transferred tokens, whatever the ratio (guards the large model's context)."""
     constrain_choices: bool = True
     """For multiple choice, constrain short answers to the option letters (where supported)."""
     temperature: float = 0.0
@@ -116,6 +130,16 @@ class MAIContext:
                 value=self.keep_ratio,
                 fix="use e.g. 0.2 to keep 20% of the reasoning tokens",
             )
+        if self.keep_mass is not None and (
+            not isinstance(self.keep_mass, int | float) or not 0 < self.keep_mass <= 1
+        ):
+            raise ConfigError(
+                f"keep_mass must be in (0, 1] or None, got {self.keep_mass!r}",
+                parameter="keep_mass",
+                value=self.keep_mass,
+                fix="use e.g. 0.8 to keep the tokens holding 80% of the importance",
+            )
+        _int_range("max_transfer_tokens", self.max_transfer_tokens, 1, 131072)
         _int_range("short_max_tokens", self.short_max_tokens, 1, 4096)
         _int_range("cot_max_tokens", self.cot_max_tokens, 1, 131072)
         _int_range("cot_min_tokens", self.cot_min_tokens, 0, self.cot_max_tokens)
@@ -127,7 +151,7 @@ class MAIContext:
                 value=self.temperature,
                 fix="use 0 for greedy decoding",
             )
-        for name in ("s2_exit", "constrain_choices"):
+        for name in ("s2_exit", "constrain_choices", "whole_words", "force_keep"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
                     f"{name} must be true or false, got {getattr(self, name)!r}",

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy
 
 from mai_graph.backends.base import VLMBackend, check_backend
-from mai_graph.context import MAIContext
+from mai_graph.context import MAIContext, SparsifyStrategy
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.nodes.answer import make_answer
 from mai_graph.nodes.extract import make_extract
 from mai_graph.nodes.reason import make_reason
 from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
+from mai_graph.scoring import TokenScorer, default_scorers
 from mai_graph.state import InputState, MAIState, OutputState
 
 __all__ = ["NODES", "create_mai_graph", "mermaid", "route_after_extract", "route_after_verify"]
@@ -49,6 +50,7 @@ def create_mai_graph(
     *,
     retry_policy: RetryPolicy | None = DEFAULT_RETRY,
     timeouts: float | Mapping[str, float] | None = None,
+    scorers: Mapping[str, TokenScorer] | None = None,
 ) -> StateGraph[MAIState, MAIContext, InputState, OutputState]:
     """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
 
@@ -64,6 +66,9 @@ def create_mai_graph(
             errors, 3 attempts); ``None`` for no retries.
         timeouts: Seconds per node attempt: one number for every model node, or
             ``{node: seconds}``.
+        scorers: Token scorers by strategy name, added to (or replacing) the defaults:
+            ``surprisal`` and ``relevance``, plus ``attention`` when ``small`` is a
+            ``TransformersBackend``. On vLLM, add ``{"attention": AttentionScorer(path)}``.
 
     Returns:
         A ``StateGraph`` with ``context_schema=MAIContext``; compile it with your checkpointer.
@@ -87,6 +92,7 @@ def create_mai_graph(
             fix="pass langgraph.types.RetryPolicy(...)",
         )
     per_node = _timeouts(timeouts)
+    table = {**default_scorers(small), **_scorers(scorers)}
 
     builder = StateGraph(
         MAIState,
@@ -98,7 +104,7 @@ def create_mai_graph(
         "verify": make_verify(small, large),
         "reason": make_reason(small, large),
         "extract": make_extract(small, large),
-        "sparsify": make_sparsify(),
+        "sparsify": make_sparsify(small, large, table),
         "answer": make_answer(large),
     }
     for name in NODES:
@@ -118,6 +124,28 @@ def create_mai_graph(
     builder.add_edge("sparsify", "answer")
     builder.add_edge("answer", END)
     return builder
+
+
+def _scorers(scorers: Mapping[str, TokenScorer] | None) -> dict[str, TokenScorer]:
+    if scorers is None:
+        return {}
+    names = [s for s in get_args(SparsifyStrategy) if s != "none"]
+    for name, scorer in scorers.items():
+        if name not in names:
+            raise ConfigError(
+                f"unknown scorer name {name!r}; strategies are {names}",
+                parameter="scorers",
+                value=name,
+                fix="key scorers by a sparsify strategy name",
+            )
+        if not isinstance(scorer, TokenScorer):
+            raise ConfigError(
+                f"scorers[{name!r}] must be a TokenScorer (async score(reasoning)), "
+                f"got {type(scorer).__name__}",
+                parameter="scorers",
+                value=scorer,
+            )
+    return dict(scorers)
 
 
 def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:

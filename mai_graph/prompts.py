@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mai_graph.answers import AnswerKind
-from mai_graph.backends.base import Message, Part
+from mai_graph.backends.base import Message, Part, TextPart
 from mai_graph.context import MAIContext
 from mai_graph.images import ImageRef
 
@@ -134,10 +134,18 @@ def transfer_messages(
     options: Sequence[str] | None,
     kind: AnswerKind,
     transfer: str,
+    transfer_token_ids: Sequence[int] | None = None,
 ) -> tuple[Message, ...]:
-    """The large model's final prompt: its verify prefix, the transferred reasoning, the ask."""
+    """The large model's final prompt: its verify prefix, the transferred reasoning, the ask.
+
+    With ``transfer_token_ids`` the kept tokens travel as ids (small and large share a
+    tokenizer), so the large model reads exactly the tokens that were selected.
+    """
     system, parts = _head(ctx, image, question, options)
-    preamble = ctx.transfer_preamble or TRANSFER_PREAMBLE
-    parts.append({"type": "text", "text": f"{preamble}{transfer.strip()}\n"})
-    parts.append({"type": "text", "text": short_instruction(ctx, kind)})
+    parts.append({"type": "text", "text": ctx.transfer_preamble or TRANSFER_PREAMBLE})
+    kept: TextPart = {"type": "text", "text": transfer.strip()}
+    if transfer_token_ids:
+        kept["token_ids"] = list(transfer_token_ids)
+    parts.append(kept)
+    parts.append({"type": "text", "text": "\n" + short_instruction(ctx, kind)})
     return system, {"role": "user", "content": parts}

@@ -87,12 +87,16 @@ class MAIState(InputState):
     reasoning: NotRequired[str]
     """Chain of thought (reason)."""
     reasoning_token_ids: NotRequired[list[int]]
+    reasoning_tokens: NotRequired[list[str] | None]
+    """Text piece of each reasoning token (what scorers score)."""
     reasoning_logprobs: NotRequired[list[float] | None]
     s2_answer: NotRequired[str]
     """Answer extracted in a second turn over the cached reasoning (extract)."""
     s2_canonical: NotRequired[str]
     transfer: NotRequired[str]
     """The sparsified reasoning the large model reads (sparsify)."""
+    transfer_token_ids: NotRequired[list[int] | None]
+    """Its token ids, when small and large share a tokenizer (spliced into the prompt as is)."""
     sparsification: NotRequired[Sparsification]
     answer: NotRequired[str]
     canonical: NotRequired[str]

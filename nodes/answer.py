@@ -19,7 +19,13 @@ async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[st
     gen = await large.generate(
         GenerationRequest(
             messages=transfer_messages(
-                ctx, q.image, q.text, q.options, q.kind, state.get("transfer") or ""
+                ctx,
+                q.image,
+                q.text,
+                q.options,
+                q.kind,
+                state.get("transfer") or "",
+                state.get("transfer_token_ids"),
             ),
             max_tokens=ctx.short_max_tokens,
             choices=q.choices(ctx),

@@ -38,6 +38,7 @@ async def reason(
     return {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
+        "reasoning_tokens": list(gen.tokens) if gen.tokens is not None else None,
         "reasoning_logprobs": list(gen.logprobs) if gen.logprobs is not None else None,
         "metrics": [record("reason", role, gen)],
     }

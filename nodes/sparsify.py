@@ -3,47 +3,111 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
+from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
-from mai_graph.scoring import RelevanceScorer, TokenScorer, select_tokens
+from mai_graph.errors import ConfigError
+from mai_graph.prompts import cot_messages, s2_messages
+from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.state import MAIState, Sparsification
 
-from ._common import current_context, question_of
-
-SCORERS: dict[str, TokenScorer] = {"relevance": RelevanceScorer()}
+from ._common import Node, question_of
 
 
-def sparsify(state: MAIState, ctx: MAIContext) -> dict[str, Any]:
-    """Score the reasoning's words with the context's strategy and keep ``keep_ratio`` of them.
-
-    Digits, option letters and negations are always kept; ``none`` keeps everything.
-    """
+def reasoning_input(state: MAIState, ctx: MAIContext) -> ReasoningInput:
+    """The reasoning as scorers see it: pieces, ids, logprobs, question, the S2 prompt."""
     q = question_of(state, ctx)
-    tokens = (state.get("reasoning") or "").split()
+    text = state.get("reasoning") or ""
+    pieces = state.get("reasoning_tokens")
+    ids = state.get("reasoning_token_ids") or None
+    logprobs = state.get("reasoning_logprobs")
+    if not pieces or (ids is not None and len(ids) != len(pieces)):
+        pieces, ids = split_pieces(text), None
+        logprobs = logprobs if logprobs is not None and len(logprobs) == len(pieces) else None
+    s2 = s2_messages(ctx, cot_messages(ctx, q.image, q.text, q.options), text, ids, q.kind)
+    return ReasoningInput(
+        tokens=tuple(pieces),
+        token_ids=tuple(ids) if ids else None,
+        logprobs=tuple(logprobs) if logprobs is not None else None,
+        question=q.text,
+        options=tuple(q.options) if q.options else None,
+        s2_messages=s2,
+    )
+
+
+def same_tokenizer(small: VLMBackend, large: VLMBackend) -> bool:
+    """Whether both backends report the same vocabulary fingerprint (then ids transfer as is)."""
+    a = getattr(small, "vocab_fingerprint", None)
+    b = getattr(large, "vocab_fingerprint", None)
+    return a is not None and a == b
+
+
+async def sparsify(
+    state: MAIState,
+    ctx: MAIContext,
+    scorers: Mapping[str, TokenScorer],
+    share_ids: bool,
+) -> dict[str, Any]:
+    """Score the reasoning's tokens with the context's strategy and keep the best of them.
+
+    ``keep_ratio`` (or ``keep_mass``) of the tokens are kept in their original order; digits,
+    option letters and negations always (``force_keep``); whole words when ``whole_words``.
+    ``none`` keeps everything. With ``share_ids`` the kept token ids travel to the large model
+    as they are; otherwise their text does.
+    """
+    reasoning = reasoning_input(state, ctx)
+    tokens = reasoning.tokens
+    live = [i for i, t in enumerate(tokens) if t]  # special tokens decode to "": never sent
     start = time.perf_counter()
-    if ctx.sparsify == "none" or not tokens:
-        kept, dropped = list(range(len(tokens))), 0.0
+    if ctx.sparsify == "none" or not live:
+        kept, dropped = live[: ctx.max_transfer_tokens], 0.0
     else:
-        scores = SCORERS[ctx.sparsify].score(tokens, question=q.text, options=q.options)
-        selection = select_tokens(tokens, scores, ctx.keep_ratio)
-        kept, dropped = list(selection.kept), selection.dropped_mass
+        scorer = scorers.get(ctx.sparsify)
+        if scorer is None:
+            raise ConfigError(
+                f"sparsify strategy {ctx.sparsify!r} has no scorer in this graph "
+                f"(available: {sorted(scorers) + ['none']})",
+                parameter="sparsify",
+                value=ctx.sparsify,
+                fix="pass scorers={'attention': AttentionScorer(small_checkpoint)} to "
+                "create_mai_graph, or choose another strategy",
+            )
+        scores = list(await scorer.score(reasoning))
+        sub_tokens = [tokens[i] for i in live]
+        selection = select_tokens(
+            sub_tokens,
+            [scores[i] for i in live],
+            ctx.keep_ratio,
+            keep_mass=ctx.keep_mass,
+            whole_words=ctx.whole_words,
+            force_keep=ctx.force_keep,
+            max_tokens=ctx.max_transfer_tokens,
+        )
+        kept, dropped = [live[i] for i in selection.kept], selection.dropped_mass
     info = Sparsification(
         strategy=ctx.sparsify,
-        tokens_in=len(tokens),
+        tokens_in=len(live),
         tokens_out=len(kept),
-        kept_ratio=len(kept) / len(tokens) if tokens else 1.0,
+        kept_ratio=len(kept) / len(live) if live else 1.0,
         dropped_mass=dropped,
         scoring_s=time.perf_counter() - start,
     )
-    return {"transfer": " ".join(tokens[i] for i in kept), "sparsification": info}
+    update: dict[str, Any] = {
+        "transfer": "".join(tokens[i] for i in kept).strip(),
+        "transfer_token_ids": None,
+        "sparsification": info,
+    }
+    if share_ids and reasoning.token_ids:
+        update["transfer_token_ids"] = [reasoning.token_ids[i] for i in kept]
+    return update
 
 
-def make_sparsify() -> Callable[[MAIState], dict[str, Any]]:
-    """The ``sparsify`` node (pure: scorers that need a model arrive bound to it)."""
+def make_sparsify(small: VLMBackend, large: VLMBackend, scorers: Mapping[str, TokenScorer]) -> Node:
+    """The ``sparsify`` node with its scorers bound."""
 
-    def sparsify_node(state: MAIState) -> dict[str, Any]:
-        return sparsify(state, current_context())
+    async def core(state: MAIState, ctx: MAIContext) -> dict[str, Any]:
+        return await sparsify(state, ctx, scorers, same_tokenizer(small, large))
 
-    return sparsify_node
+    return Node("sparsify", core)

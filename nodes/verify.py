@@ -17,7 +17,8 @@ from ._common import Node, question_of, record
 # Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
 _RUN_KEYS = (
     "small_answer", "small_canonical", "large_answer", "large_canonical", "reasoning",
-    "reasoning_token_ids", "reasoning_logprobs", "s2_answer", "s2_canonical", "transfer",
+    "reasoning_token_ids", "reasoning_tokens", "reasoning_logprobs", "s2_answer",
+    "s2_canonical", "transfer", "transfer_token_ids",
     "sparsification", "answer", "canonical", "route",
 )  # fmt: skip
 

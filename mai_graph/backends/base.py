@@ -27,6 +27,9 @@ class TextPart(TypedDict):
 
     type: Literal["text"]
     text: str
+    token_ids: NotRequired[list[int]]
+    """The text's exact token ids (e.g. the kept reasoning tokens), for backends that splice
+    ids instead of tokenizing ``text`` again."""
 
 
 class ImagePart(TypedDict):

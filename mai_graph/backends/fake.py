@@ -110,7 +110,7 @@ class _FakeEngine:
             ttft_s=elapsed,
             finish_reason=finish,
             logprobs=logprobs,
-            tokens=tuple(words),
+            tokens=tuple(w if i == 0 else " " + w for i, w in enumerate(words)),
         )
 
 

@@ -8,11 +8,12 @@ the engine already holds in its prefix / KV cache (re-tokenizing generated text 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mai_graph.backends.base import Message
+from mai_graph.backends.base import Message, Part
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
 
@@ -25,8 +26,13 @@ class RenderedPrompt:
 
     token_ids: list[int]
     images: list[ImageRef]
-    spliced: bool
-    """True when an assistant turn's generated ids were reused verbatim."""
+    spans: list[tuple[int, int]]
+    """Where each spliced id sequence sits in ``token_ids`` (start, end), in prompt order."""
+
+    @property
+    def spliced(self) -> bool:
+        """True when some generated or selected ids were reused verbatim."""
+        return bool(self.spans)
 
 
 def hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -61,6 +67,13 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def _sentinel(k: int) -> str:
+    return f"\ue000{k}\ue001"
+
+
+_SENTINEL = re.compile("\ue000(\\d+)\ue001")
+
+
 def render(
     tokenizer: Any,
     messages: Sequence[Message],
@@ -69,6 +82,12 @@ def render(
     template: Any = None,
 ) -> RenderedPrompt:
     """Render and tokenize ``messages``, ending with the assistant generation prompt.
+
+    Token ids carried by the messages are spliced in verbatim: an assistant turn's
+    ``token_ids`` (what the model generated) and a text part's ``token_ids`` (e.g. the kept
+    reasoning tokens). Their text is swapped for a placeholder while rendering, and the rendered
+    text around each placeholder is tokenized on its own, so the ids before a splice are exactly
+    the ids of the prompt that produced it.
 
     Args:
         tokenizer: A Hugging Face tokenizer (encodes the rendered text).
@@ -79,23 +98,45 @@ def render(
     """
     template = template if template is not None else tokenizer
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
-    last_gen = max(
-        (i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("token_ids")),
-        default=None,
-    )
-    full = _template(template, messages, generation_prompt=True)
-    if last_gen is not None:
-        head = _template(template, messages[:last_gen], generation_prompt=True)
-        generated = messages[last_gen]
-        text = "".join(p["text"] for p in generated["content"] if p["type"] == "text")
-        if full.startswith(head + text):
-            ids = list(generated["token_ids"])
-            suffix = full[len(head) + len(text) :]
-            if ids and ids[-1] in eos_token_ids:
-                # The engine kept the end-of-turn token; drop its text twin from the suffix.
-                eos_text = tokenizer.decode([ids[-1]])
-                if suffix.startswith(eos_text):
-                    suffix = suffix[len(eos_text) :]
-            token_ids = _encode(tokenizer, head) + ids + _encode(tokenizer, suffix)
-            return RenderedPrompt(token_ids, images, spliced=True)
-    return RenderedPrompt(_encode(tokenizer, full), images, spliced=False)
+    pieces: list[list[int]] = []
+    marked: list[Message] = []
+    for m in messages:
+        ids = m.get("token_ids")
+        if m["role"] == "assistant" and ids:
+            pieces.append(list(ids))
+            marked.append({"role": "assistant", "content": [_text(_sentinel(len(pieces) - 1))]})
+            continue
+        content: list[Part] = []
+        for part in m["content"]:
+            part_ids = part.get("token_ids") if part["type"] == "text" else None
+            if part_ids:
+                pieces.append(list(part_ids))
+                content.append(_text(_sentinel(len(pieces) - 1)))
+            else:
+                content.append(part)
+        marked.append({"role": m["role"], "content": content})
+    if not pieces:
+        full = _template(template, messages, generation_prompt=True)
+        return RenderedPrompt(_encode(tokenizer, full), images, [])
+    rendered = _template(template, marked, generation_prompt=True)
+    chunks = _SENTINEL.split(rendered)
+    found = [int(k) for k in chunks[1::2]]
+    if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
+        full = _template(template, messages, generation_prompt=True)
+        return RenderedPrompt(_encode(tokenizer, full), images, [])
+    token_ids = _encode(tokenizer, chunks[0])
+    spans = []
+    for k, ids in enumerate(pieces):
+        tail = chunks[2 * k + 2]
+        if ids[-1] in eos_token_ids:
+            # The engine kept the end-of-turn token; drop its text twin from what follows.
+            eos_text = tokenizer.decode([ids[-1]])
+            if tail.startswith(eos_text):
+                tail = tail[len(eos_text) :]
+        spans.append((len(token_ids), len(token_ids) + len(ids)))
+        token_ids += ids + _encode(tokenizer, tail)
+    return RenderedPrompt(token_ids, images, spans)
+
+
+def _text(text: str) -> Part:
+    return {"type": "text", "text": text}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.errors import ConfigError
@@ -38,6 +39,12 @@ class SteeredBackend:
         self.inner = inner
         self.name = inner.name
         self.choices = {k: tuple(v) for k, v in choices.items()}
+
+    def __getattr__(self, name: str) -> Any:
+        # Transparent for everything else (tokenizer, vocab fingerprint, attention, start, ...).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve ``request`` on the inner backend, narrowed to the steered choices."""

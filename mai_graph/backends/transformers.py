@@ -16,10 +16,12 @@ model takes 3-D (m-RoPE) positions, the Qwen2/2.5/3-VL families, are supported.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest
@@ -72,6 +74,7 @@ class TransformersBackend:
         self._lock = threading.Lock()
         self._caches: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._cache_entries = cache_entries
+        self._fingerprint: str | None = None
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -146,11 +149,25 @@ class TransformersBackend:
     # -- inputs --------------------------------------------------------------------------------
 
     def prepare(self, request: GenerationRequest) -> dict[str, Any]:
-        """Expanded ``input_ids``, ``position_ids`` and vision inputs of a request's prompt."""
+        """Expanded ``input_ids``, ``position_ids``, vision inputs and spliced spans of a prompt.
+
+        ``spans`` are the (start, end) positions of spliced ids (e.g. the reasoning in an S2
+        prompt) in the expanded ``input_ids``.
+        """
         rendered = render(
             self.tokenizer, request.messages, self._eos_ids(), template=self.processor
         )
-        return self._expand(rendered.token_ids, rendered.images)
+        inputs = self._expand(rendered.token_ids, rendered.images)
+        extra = inputs["input_ids"].shape[1] - len(rendered.token_ids)
+        image_token = self.model.config.image_token_id
+        first_image = next((i for i, t in enumerate(rendered.token_ids) if t == image_token), None)
+        inputs["spans"] = [
+            (start + extra, end + extra)
+            if first_image is not None and first_image < start
+            else (start, end)
+            for start, end in rendered.spans
+        ]
+        return inputs
 
     def _expand(self, ids: list[int], images: list[ImageRef]) -> dict[str, Any]:
         import torch
@@ -211,7 +228,9 @@ class TransformersBackend:
             return 0, None
         self._caches.move_to_end(best_key)
         cache = copy.deepcopy(self._caches[best_key])
-        cache.crop(best_len)
+        surplus = cache.get_seq_length() - best_len
+        if surplus > 0:
+            cache.crop(-surplus)
         return best_len, cache
 
     def _store(self, ids: tuple[int, ...], cache: Any) -> None:
@@ -223,6 +242,14 @@ class TransformersBackend:
         self._caches.move_to_end(ids)
         while len(self._caches) > self._cache_entries:
             self._caches.popitem(last=False)
+
+    @property
+    def vocab_fingerprint(self) -> str:
+        """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same."""
+        if self._fingerprint is None:
+            vocab = sorted(self.tokenizer.get_vocab().items())
+            self._fingerprint = hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
+        return self._fingerprint
 
     @property
     def busy(self) -> bool:
@@ -266,6 +293,7 @@ class TransformersBackend:
         model, tok = self.model, self.tokenizer
         start = time.perf_counter()
         inputs = self.prepare(request)
+        inputs.pop("spans")
         ids = inputs["input_ids"]
         positions = inputs["position_ids"]
         key = tuple(ids[0].tolist())
@@ -358,8 +386,107 @@ class TransformersBackend:
             finish_reason=finish,
             token_ids=tuple(out_ids),
             logprobs=tuple(logprobs) if request.logprobs is not None else None,
-            tokens=tuple(tok.batch_decode([[t] for t in out_ids])),
+            tokens=tuple(tok.batch_decode([[t] for t in out_ids], skip_special_tokens=True)),
         )
+
+    # -- attention ---------------------------------------------------------------------------
+
+    async def attention(
+        self, request: GenerationRequest, *, layers: Sequence[int] | None = None, full: bool = False
+    ) -> list[float]:
+        """Attention from the prompt's last turn onto its spliced reasoning tokens.
+
+        For an S2 request (CoT conversation + reasoning ids + extraction turn) this is how much
+        the extraction positions attend to each reasoning token: attention weights averaged over
+        heads and ``layers`` (default: the last third), summed over the query rows after the
+        reasoning.
+
+        The cheap path (default) reuses or builds a KV cache for everything before those query
+        rows with the fast attention kernel, then runs only the query rows with eager attention.
+        ``full=True`` runs one eager pass over the whole prompt (for checking; much slower).
+        """
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._attention, request, layers, full
+        )
+
+    def _attention(
+        self, request: GenerationRequest, layers: Sequence[int] | None, full: bool
+    ) -> list[float]:
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        with self._lock:
+            model = self.model
+            inputs = self.prepare(request)
+            spans = inputs.pop("spans")
+            if not spans:
+                raise ConfigError(
+                    "attention scoring needs a prompt whose reasoning carries its token ids",
+                    parameter="request",
+                    fix="pass the S2 request built from the reasoning's generated ids",
+                )
+            start, end = spans[-1]
+            ids, positions = inputs["input_ids"], inputs["position_ids"]
+            total = ids.shape[1]
+            if end >= total:
+                raise ConfigError("no query rows follow the reasoning", parameter="request")
+            n_layers = model.config.text_config.num_hidden_layers
+            last_third = range(n_layers - -(-n_layers // 3), n_layers)
+            chosen = list(layers) if layers is not None else list(last_third)
+            if not chosen or any(not 0 <= i < n_layers for i in chosen):
+                raise ConfigError(
+                    f"layers must be within 0..{n_layers - 1}, got {chosen}",
+                    parameter="layers",
+                    value=chosen,
+                )
+            vision: dict[str, Any] = {
+                k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs
+            }
+            with torch.inference_mode():
+                if full:
+                    model.set_attn_implementation("eager")
+                    try:
+                        out = model(
+                            input_ids=ids, position_ids=positions, output_attentions=True, **vision
+                        )
+                    finally:
+                        model.set_attn_implementation("sdpa")
+                    rows = [a[0, :, end:, :] for a in out.attentions]
+                else:
+                    key = tuple(ids[0].tolist())
+                    image_end = (
+                        int((ids[0] == model.config.image_token_id).nonzero().max()) + 1
+                        if vision
+                        else 0
+                    )
+                    cached, cache = self._lookup(key[:end], image_end)
+                    if cache is None:
+                        cache = DynamicCache(config=model.config)
+                    if cached < end:
+                        prefill: dict[str, Any] = {
+                            "input_ids": ids[:, cached:end],
+                            "position_ids": positions[:, :, cached:end],
+                            "past_key_values": cache,
+                            "use_cache": True,
+                        }
+                        if cached == 0:
+                            prefill.update(vision)
+                        model(**prefill)
+                    model.set_attn_implementation("eager")
+                    try:
+                        out = model(
+                            input_ids=ids[:, end:],
+                            position_ids=positions[:, :, end:],
+                            past_key_values=cache,
+                            use_cache=True,
+                            output_attentions=True,
+                        )
+                    finally:
+                        model.set_attn_implementation("sdpa")
+                    rows = [a[0] for a in out.attentions]
+            picked = torch.stack([rows[i].float() for i in chosen])  # layers, heads, q, keys
+            per_key = picked.mean(dim=(0, 1)).sum(dim=0)
+            return [float(v) for v in per_key[start:end]]
 
     def __repr__(self) -> str:
         return f"TransformersBackend({self.name!r})"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import threading
 import time
@@ -114,6 +115,7 @@ class VLLMBackend:
         self._owns_engine = True
         self._tokenizer: Any = None
         self._template: Any = None
+        self._fingerprint: str | None = None
         self._eos: set[int] = set()
         self._loop: BackgroundLoop | None = ENGINE_LOOP
         self._start_lock: asyncio.Lock | None = None
@@ -257,6 +259,14 @@ class VLLMBackend:
             )
         return self._tokenizer
 
+    @property
+    def vocab_fingerprint(self) -> str:
+        """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same."""
+        if self._fingerprint is None:
+            vocab = sorted(self.tokenizer.get_vocab().items())
+            self._fingerprint = hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
+        return self._fingerprint
+
     def running_requests(self) -> int:
         """Requests the engine is still working on (0 after a cancelled run)."""
         if self._engine is None:
@@ -354,7 +364,9 @@ class VLLMBackend:
             token_ids=token_ids,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
-            tokens=tuple(self._tokenizer.batch_decode([[t] for t in token_ids])),
+            tokens=tuple(
+                self._tokenizer.batch_decode([[t] for t in token_ids], skip_special_tokens=True)
+            ),
         )
 
     def __repr__(self) -> str:

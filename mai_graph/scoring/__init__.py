@@ -1,6 +1,43 @@
-"""Token-importance scorers for the sparsify node."""
+"""Token-importance scorers for the sparsify node, and token selection."""
 
-from mai_graph.scoring.base import Selection, TokenScorer, must_keep, select_tokens
+from mai_graph.scoring.attention import AttentionScorer
+from mai_graph.scoring.base import (
+    ReasoningInput,
+    Selection,
+    TokenScorer,
+    must_keep,
+    select_tokens,
+    split_pieces,
+    word_groups,
+)
 from mai_graph.scoring.relevance import RelevanceScorer
+from mai_graph.scoring.surprisal import SurprisalScorer
 
-__all__ = ["RelevanceScorer", "Selection", "TokenScorer", "must_keep", "select_tokens"]
+__all__ = [
+    "AttentionScorer",
+    "ReasoningInput",
+    "RelevanceScorer",
+    "Selection",
+    "SurprisalScorer",
+    "TokenScorer",
+    "default_scorers",
+    "must_keep",
+    "select_tokens",
+    "split_pieces",
+    "word_groups",
+]
+
+
+def default_scorers(small: object) -> dict[str, TokenScorer]:
+    """Scorers a graph gets unless told otherwise.
+
+    ``surprisal`` and ``relevance`` always; ``attention`` when the small model runs in
+    transformers (its own backend is reused, caches included).
+    """
+    scorers: dict[str, TokenScorer] = {
+        "surprisal": SurprisalScorer(),
+        "relevance": RelevanceScorer(),
+    }
+    if hasattr(small, "attention"):
+        scorers["attention"] = AttentionScorer(small)  # type: ignore[arg-type]
+    return scorers

@@ -1,4 +1,4 @@
-"""Token-importance scoring and selection for sparsifying the transferred reasoning."""
+"""Token importance for sparsification: what a scorer sees, and how tokens are selected."""
 
 from __future__ import annotations
 
@@ -8,27 +8,53 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from mai_graph.backends.base import Message
 from mai_graph.errors import ConfigError
 
-__all__ = ["Selection", "TokenScorer", "select_tokens"]
+__all__ = [
+    "ReasoningInput",
+    "Selection",
+    "TokenScorer",
+    "must_keep",
+    "select_tokens",
+    "split_pieces",
+    "word_groups",
+]
 
 _FORCE_LETTER = re.compile(r"^\(?[A-Z][.):]?$")
 _FORCE_WORD = re.compile(r"\d|^(?:not|no|never|none|neither|nor|cannot|\w+n't)$", re.IGNORECASE)
+_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningInput:
+    """The small model's reasoning as scorers see it."""
+
+    tokens: tuple[str, ...]
+    """Text pieces, one per generated token (a word-initial piece carries its leading space)."""
+    token_ids: tuple[int, ...] | None
+    """The generated token ids, when the backend reports them (same length as ``tokens``)."""
+    logprobs: tuple[float, ...] | None
+    """Each generated token's logprob, when the backend reports them."""
+    question: str
+    options: tuple[str, ...] | None
+    s2_messages: tuple[Message, ...]
+    """The S2 prompt (CoT conversation + reasoning + extraction turn), for model-based scorers."""
 
 
 @runtime_checkable
 class TokenScorer(Protocol):
     """Scores each reasoning token's importance (higher = keep).
 
-    Implementations: :class:`~mai_graph.scoring.relevance.RelevanceScorer`.
+    Implementations: :class:`~mai_graph.scoring.relevance.RelevanceScorer`,
+    :class:`~mai_graph.scoring.surprisal.SurprisalScorer`,
+    :class:`~mai_graph.scoring.attention.AttentionScorer`.
     """
 
     name: str
 
-    def score(
-        self, tokens: Sequence[str], *, question: str, options: Sequence[str] | None
-    ) -> list[float]:
-        """One non-negative score per token."""
+    async def score(self, reasoning: ReasoningInput) -> Sequence[float]:
+        """One non-negative score per token of ``reasoning.tokens``."""
         ...
 
 
@@ -38,29 +64,44 @@ class Selection:
 
     kept: tuple[int, ...]
     dropped_mass: float
+    """Share of the total score mass of the tokens not kept (0 when all are kept)."""
+
+
+def split_pieces(text: str) -> list[str]:
+    """Pieces of a text for backends that report no tokens: words with their leading space.
+
+    >>> split_pieces("The cat  sat.")
+    ['The', ' cat', '  sat.']
+    """
+    return _PIECE.findall(text)
 
 
 def must_keep(token: str) -> bool:
     """Digits, option letters and negations are always kept.
 
-    >>> [must_keep(t) for t in ("12", "(B)", "not", "cat")]
-    [True, True, True, False]
+    >>> [must_keep(t) for t in ("12", " (B)", " not", "cat", " a")]
+    [True, True, True, False, False]
     """
-    token = token.strip(",;:!?\"'")
+    token = token.strip().strip(",;:!?\"'")
     return bool(_FORCE_LETTER.match(token) or _FORCE_WORD.search(token.rstrip(".")))
 
 
-def select_tokens(
-    tokens: Sequence[str], scores: Sequence[float], keep_ratio: float, *, force_keep: bool = True
-) -> Selection:
-    """Keep the ``ceil(keep_ratio * n)`` highest-scoring tokens, in their original order.
+def word_groups(tokens: Sequence[str]) -> list[list[int]]:
+    """Group sub-word pieces into words: a piece that starts with whitespace starts a word.
 
-    Forced tokens (see :func:`must_keep`) are kept on top of the budget only where the budget
-    would otherwise drop them; ties go to the earlier token.
-
-    >>> select_tokens(["a", "b", "c", "d"], [0.1, 0.9, 0.5, 0.2], 0.5).kept
-    (1, 2)
+    >>> word_groups(["The", " squ", "are", " is", " red", "."])
+    [[0], [1, 2], [3], [4, 5]]
     """
+    groups: list[list[int]] = []
+    for i, piece in enumerate(tokens):
+        if not groups or piece[:1].isspace() or tokens[i - 1][-1:].isspace():
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def _check(tokens: Sequence[str], scores: Sequence[float], keep_ratio: float) -> None:
     if len(tokens) != len(scores):
         raise ConfigError(
             f"got {len(scores)} scores for {len(tokens)} tokens",
@@ -69,16 +110,74 @@ def select_tokens(
         )
     if not 0 < keep_ratio <= 1:
         raise ConfigError(
-            f"keep_ratio must be in (0, 1], got {keep_ratio!r}", parameter="keep_ratio"
+            f"keep_ratio must be in (0, 1], got {keep_ratio!r}",
+            parameter="keep_ratio",
+            value=keep_ratio,
         )
+    if any(not math.isfinite(s) or s < 0 for s in scores):
+        raise ConfigError(
+            "token scores must be finite and non-negative",
+            parameter="scores",
+            fix="clip or shift the scorer's output",
+        )
+
+
+def select_tokens(
+    tokens: Sequence[str],
+    scores: Sequence[float],
+    keep_ratio: float = 0.2,
+    *,
+    keep_mass: float | None = None,
+    whole_words: bool = False,
+    force_keep: bool = True,
+    max_tokens: int | None = None,
+) -> Selection:
+    """Keep the most important tokens, in their original order.
+
+    The budget is ``ceil(keep_ratio * n)`` tokens, or, with ``keep_mass``, the smallest set of
+    top-scoring units whose scores cover that share of the total. Forced units (digits, option
+    letters, negations; see :func:`must_keep`) are taken first, then the rest by score (ties go
+    to the earlier unit). With ``whole_words`` a unit is a word (all its pieces; its score is
+    its best piece's), and the last word taken may overshoot the budget by its length.
+    ``max_tokens`` caps the result whatever the other settings.
+
+    >>> select_tokens(["a", "b", "c", "d"], [0.1, 0.9, 0.5, 0.2], 0.5).kept
+    (1, 2)
+    """
+    _check(tokens, scores, keep_ratio)
+    if keep_mass is not None and not 0 < keep_mass <= 1:
+        raise ConfigError(f"keep_mass must be in (0, 1], got {keep_mass!r}", parameter="keep_mass")
     n = len(tokens)
     if n == 0:
         return Selection((), 0.0)
-    budget = max(1, math.ceil(keep_ratio * n - 1e-9))
-    order = sorted(range(n), key=lambda i: (-scores[i], i))
-    kept = set(order[:budget])
-    if force_keep:
-        kept.update(i for i in range(n) if must_keep(tokens[i]))
+    units = word_groups(tokens) if whole_words else [[i] for i in range(n)]
+    unit_score = [max(scores[i] for i in unit) for unit in units]
     total = float(sum(scores))
+    if keep_mass is None:
+        budget = max(1, math.ceil(keep_ratio * n - 1e-9))
+    else:
+        budget, mass = 0, 0.0
+        for u in sorted(range(len(units)), key=lambda u: (-unit_score[u], u)):
+            if total > 0 and mass >= keep_mass * total - 1e-12:
+                break
+            budget += len(units[u])
+            mass += sum(scores[i] for i in units[u])
+        budget = max(budget, 1)
+    if max_tokens is not None:
+        budget = min(budget, max_tokens)
+    by_score = sorted(range(len(units)), key=lambda u: (-unit_score[u], u))
+    forced = [u for u in by_score if force_keep and must_keep("".join(tokens[i] for i in units[u]))]
+    kept: set[int] = set()
+    for u in forced:
+        if max_tokens is not None and len(kept) + len(units[u]) > max_tokens:
+            continue
+        kept.update(units[u])
+    for u in by_score:
+        if len(kept) >= budget:
+            break
+        if units[u][0] not in kept:
+            if max_tokens is not None and len(kept) + len(units[u]) > max_tokens:
+                continue
+            kept.update(units[u])
     dropped = sum(scores[i] for i in range(n) if i not in kept)
     return Selection(tuple(sorted(kept)), dropped / total if total > 0 else 0.0)

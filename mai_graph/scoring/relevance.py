@@ -7,6 +7,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from mai_graph.scoring.base import ReasoningInput, word_groups
+
 __all__ = ["RelevanceScorer"]
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -29,30 +31,34 @@ def _terms(text: str) -> list[str]:
 
 
 class RelevanceScorer:
-    """Scores a word by its overlap with the question and options and by its rarity.
+    """Model-free: a word scores by its overlap with the question and options and its rarity.
 
-    ``score = idf(word) * (1 + 2 * [word in question or options])``; stop words score
-    a tenth. Needs no model, so it works with every backend.
+    ``score = idf(word) * (3 if the word is in the question or options else 1)``; words with no
+    content (stop words, punctuation) score 0.05. Every piece of a word gets the word's score.
+    Needs no model, so it works with every backend.
     """
 
     name = "relevance"
 
-    def score(
-        self, tokens: Sequence[str], *, question: str, options: Sequence[str] | None
+    async def score(self, reasoning: ReasoningInput) -> list[float]:
+        """One score per reasoning token."""
+        return self.score_pieces(reasoning.tokens, reasoning.question, reasoning.options)
+
+    def score_pieces(
+        self, tokens: Sequence[str], question: str, options: Sequence[str] | None
     ) -> list[float]:
-        """One score per whitespace token of the reasoning."""
+        """Scores without the async wrapper (pure function of the texts)."""
         query = set(_terms(question + " " + " ".join(options or ())))
-        token_terms = [_terms(t) for t in tokens]
-        counts = Counter(term for terms in token_terms for term in set(terms))
-        n = max(len(tokens), 1)
-        scores = []
-        for terms in token_terms:
-            if not terms:
-                scores.append(0.05)
-                continue
-            best = 0.0
+        groups = word_groups(tokens)
+        group_terms = [_terms("".join(tokens[i] for i in g)) for g in groups]
+        counts = Counter(term for terms in group_terms for term in set(terms))
+        n = max(len(groups), 1)
+        scores = [0.0] * len(tokens)
+        for group, terms in zip(groups, group_terms):
+            best = 0.05
             for term in terms:
                 idf = math.log(1 + n / counts[term])
                 best = max(best, idf * (3.0 if term in query else 1.0))
-            scores.append(best)
+            for i in group:
+                scores[i] = best
         return scores
