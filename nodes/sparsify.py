@@ -9,7 +9,7 @@ from typing import Any
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
-from mai_graph.prompts import cot_messages, s2_messages
+from mai_graph.prompts import cot_messages, option_letters, s2_messages
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.state import MAIState, Sparsification
 
@@ -83,6 +83,7 @@ async def sparsify(
             keep_mass=ctx.keep_mass,
             whole_words=ctx.whole_words,
             force_keep=ctx.force_keep,
+            letters=option_letters(reasoning.options),
             max_tokens=ctx.max_transfer_tokens,
         )
         kept, dropped = [live[i] for i in selection.kept], selection.dropped_mass

@@ -257,8 +257,13 @@ class TransformersBackend:
         return self._lock.locked()
 
     def clear_cache(self) -> None:
-        """Drop every stored KV cache."""
-        self._caches.clear()
+        """Drop every stored KV cache (waits for a running request)."""
+        with self._lock:
+            self._caches.clear()
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every stored KV cache (the same call as on the vLLM backend)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.clear_cache)
 
     # -- serving -------------------------------------------------------------------------------
 
@@ -472,6 +477,7 @@ class TransformersBackend:
                         if cached == 0:
                             prefill.update(vision)
                         model(**prefill)
+                        self._store(key[:end], cache)  # the next scoring of this prompt reuses it
                     model.set_attn_implementation("eager")
                     try:
                         out = model(

@@ -267,6 +267,18 @@ class VLLMBackend:
             self._fingerprint = hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
         return self._fingerprint
 
+    async def reset_prefix_cache(self) -> None:
+        """Drop the engine's prefix cache (benchmarks measure cold prefixes this way)."""
+
+        async def reset() -> None:
+            if self._engine is not None:
+                await self._engine.reset_prefix_cache()
+
+        if self._loop is None:
+            await reset()
+        else:
+            await self._loop.arun(reset())
+
     def running_requests(self) -> int:
         """Requests the engine is still working on (0 after a cancelled run)."""
         if self._engine is None:

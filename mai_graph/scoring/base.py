@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -76,14 +76,23 @@ def split_pieces(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
-def must_keep(token: str) -> bool:
+def must_keep(token: str, letters: Collection[str] | None = None) -> bool:
     """Digits, option letters and negations are always kept.
+
+    Args:
+        token: A word or piece.
+        letters: The question's option letters (default: any capital letter standing alone).
 
     >>> [must_keep(t) for t in ("12", " (B)", " not", "cat", " a")]
     [True, True, True, False, False]
+    >>> must_keep("I", letters=("A", "B")), must_keep("B.", letters=("A", "B"))
+    (False, True)
     """
     token = token.strip().strip(",;:!?\"'")
-    return bool(_FORCE_LETTER.match(token) or _FORCE_WORD.search(token.rstrip(".")))
+    letter = _FORCE_LETTER.match(token)
+    if letter and (letters is None or token.strip("().:") in letters):
+        return True
+    return bool(_FORCE_WORD.search(token.rstrip(".")))
 
 
 def word_groups(tokens: Sequence[str]) -> list[list[int]]:
@@ -130,13 +139,15 @@ def select_tokens(
     keep_mass: float | None = None,
     whole_words: bool = False,
     force_keep: bool = True,
+    letters: Collection[str] | None = None,
     max_tokens: int | None = None,
 ) -> Selection:
     """Keep the most important tokens, in their original order.
 
     The budget is ``ceil(keep_ratio * n)`` tokens, or, with ``keep_mass``, the smallest set of
     top-scoring units whose scores cover that share of the total. Forced units (digits, option
-    letters, negations; see :func:`must_keep`) are taken first, then the rest by score (ties go
+    letters (``letters``, default any lone capital), negations; see :func:`must_keep`) are taken
+    first, then the rest by score (ties go
     to the earlier unit). With ``whole_words`` a unit is a word (all its pieces; its score is
     its best piece's), and the last word taken may overshoot the budget by its length.
     ``max_tokens`` caps the result whatever the other settings.
@@ -166,7 +177,11 @@ def select_tokens(
     if max_tokens is not None:
         budget = min(budget, max_tokens)
     by_score = sorted(range(len(units)), key=lambda u: (-unit_score[u], u))
-    forced = [u for u in by_score if force_keep and must_keep("".join(tokens[i] for i in units[u]))]
+    forced = [
+        u
+        for u in by_score
+        if force_keep and must_keep("".join(tokens[i] for i in units[u]), letters)
+    ]
     kept: set[int] = set()
     for u in forced:
         if max_tokens is not None and len(kept) + len(units[u]) > max_tokens:
