@@ -23,6 +23,7 @@ from mai_graph.nodes.extract import extract
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import sparsify
 from mai_graph.nodes.verify import verify
+from mai_graph.scoring import default_scorers, split_pieces
 
 REASONING = " ".join(
     "the square in the middle is red while the two circles are blue so option A fits".split() * 8
@@ -35,8 +36,11 @@ class ZeroBackend:
     def __init__(self, name, table):
         self.name = name
         self._gens = {
-            purpose: Generation(text=text, model=name, prompt_tokens=100, generated_tokens=1,
-                                latency_s=0.0, cached_tokens=0)
+            purpose: Generation(
+                text=text, model=name, prompt_tokens=100, generated_tokens=len(split_pieces(text)),
+                latency_s=0.0, cached_tokens=0, tokens=tuple(split_pieces(text)),
+                logprobs=tuple(-float(len(p)) for p in split_pieces(text)),
+            )
             for purpose, text in table.items()
         }  # fmt: skip
 
@@ -44,6 +48,7 @@ class ZeroBackend:
         return self._gens[request.purpose]
 
 
+SCORERS = default_scorers(None)
 ROUTES = {
     "agree": ({"short": "A"}, {"short": "A"}),
     "transfer": ({"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "answer": "D"}),
@@ -64,7 +69,7 @@ async def plain(state, ctx, small, large):
     state = merge(state, await extract(state, ctx, small, large))
     if state.get("route"):
         return state
-    state = merge(state, sparsify(state, ctx))
+    state = merge(state, await sparsify(state, ctx, SCORERS, False))
     return merge(state, await answer(state, ctx, large))
 
 

@@ -14,6 +14,7 @@ from mai_graph.errors import BackendError, ConfigError
 from mai_graph.nodes.answer import make_answer
 from mai_graph.nodes.extract import make_extract
 from mai_graph.nodes.reason import make_reason
+from mai_graph.nodes.review import review_node
 from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
 from mai_graph.scoring import TokenScorer, default_scorers
@@ -51,6 +52,7 @@ def create_mai_graph(
     retry_policy: RetryPolicy | None = DEFAULT_RETRY,
     timeouts: float | Mapping[str, float] | None = None,
     scorers: Mapping[str, TokenScorer] | None = None,
+    review: bool = False,
 ) -> StateGraph[MAIState, MAIContext, InputState, OutputState]:
     """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
 
@@ -69,6 +71,10 @@ def create_mai_graph(
         scorers: Token scorers by strategy name, added to (or replacing) the defaults:
             ``surprisal`` and ``relevance``, plus ``attention`` when ``small`` is a
             ``TransformersBackend``. On vLLM, add ``{"attention": AttentionScorer(path)}``.
+        review: Add a ``review`` node after ``verify`` that pauses the run (LangGraph
+            ``interrupt``) for a human to accept the flow or give the answer. Needs a
+            checkpointer; resume with ``Command(resume="continue")`` or
+            ``Command(resume={"answer": ...})``.
 
     Returns:
         A ``StateGraph`` with ``context_schema=MAIContext``; compile it with your checkpointer.
@@ -116,7 +122,14 @@ def create_mai_graph(
             timeout=per_node.get(name),
         )
     builder.add_edge(START, "verify")
-    builder.add_conditional_edges("verify", route_after_verify, {"done": END, "disagree": "reason"})
+    after_verify = "verify"
+    if review:
+        builder.add_node("review", review_node)
+        builder.add_edge("verify", "review")
+        after_verify = "review"
+    builder.add_conditional_edges(
+        after_verify, route_after_verify, {"done": END, "disagree": "reason"}
+    )
     builder.add_edge("reason", "extract")
     builder.add_conditional_edges(
         "extract", route_after_extract, {"done": END, "transfer": "sparsify"}

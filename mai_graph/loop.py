@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["BackgroundLoop", "run_sync"]
+__all__ = ["BackgroundLoop", "on_caller_loop", "run_sync", "shared_loop"]
 
 T = TypeVar("T")
 
@@ -80,7 +80,33 @@ class BackgroundLoop:
             loop.call_soon_threadsafe(loop.stop)
 
 
+def on_caller_loop(fn: Callable[[T], None]) -> Callable[[T], None]:
+    """Wrap a callback so it always runs on the loop that is running now (the caller's).
+
+    Engines call it from their own loop or a worker thread; the wrapped call is handed over
+    with ``call_soon_threadsafe`` (in order), or made directly when already on that loop.
+    """
+    loop = asyncio.get_running_loop()
+
+    def deliver(value: T) -> None:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            fn(value)
+        else:
+            loop.call_soon_threadsafe(fn, value)
+
+    return deliver
+
+
 _DEFAULT = BackgroundLoop()
+
+
+def shared_loop() -> BackgroundLoop:
+    """mai-graph's shared background loop (sync entry points run their coroutines on it)."""
+    return _DEFAULT
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

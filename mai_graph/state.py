@@ -9,7 +9,9 @@ from mai_graph.metrics import merge_metrics
 
 __all__ = ["InputState", "MAIState", "NodeMetrics", "OutputState", "Route", "Sparsification"]
 
-Route = Literal["agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot"]
+Route = Literal[
+    "agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot", "human"
+]
 """How a run ended.
 
 - ``agree``: the small and large short answers matched (mutual verification).
@@ -17,6 +19,7 @@ Route = Literal["agree", "extract_agree", "transfer", "small", "large", "small_c
 - ``transfer``: the large model answered after reading the small model's sparsified reasoning.
 - ``small`` / ``large``: baseline, one short answer from that model.
 - ``small_cot`` / ``large_cot``: baseline, that model reasoned and its S2 answer was taken.
+- ``human``: a reviewer gave the answer (graphs built with ``review=True``).
 """
 
 

@@ -10,7 +10,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 
 from mai_graph.answers import AnswerKind, resolve_kind
-from mai_graph.backends.base import Generation
+from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef, image_ref
@@ -102,6 +102,41 @@ def question_of(state: MAIState, ctx: MAIContext) -> Question:
     raw = state.get("image")
     image = image_ref(raw) if raw is not None else None
     return Question(text, image, options or None, resolve_kind(ctx.answer_kind, options))
+
+
+def _stream_writer() -> Callable[[Any], None]:
+    """The running graph's custom stream writer; a no-op outside a graph (direct core calls)."""
+    try:
+        return get_runtime().stream_writer
+    except RuntimeError:
+        return _discard
+
+
+def _discard(_: Any) -> None:
+    return None
+
+
+async def call(
+    backend: VLMBackend, request: GenerationRequest, node: str, role: str
+) -> tuple[Generation, NodeMetrics]:
+    """One model call with its metrics record, both also streamed as custom events.
+
+    Under ``stream_mode="custom"`` the graph emits ``{"event": "token", "node", "role",
+    "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
+    **record}`` when the call ends; otherwise the events go nowhere.
+    """
+    writer = _stream_writer()
+    stream = getattr(backend, "generate_stream", None)
+    if stream is not None:
+        gen = await stream(
+            request,
+            lambda text: writer({"event": "token", "node": node, "role": role, "text": text}),
+        )
+    else:
+        gen = await backend.generate(request)
+    rec = record(node, role, gen)
+    writer({"event": "metrics", **rec})
+    return gen, rec
 
 
 def record(node: str, role: str, gen: Generation) -> NodeMetrics:

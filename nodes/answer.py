@@ -10,13 +10,14 @@ from mai_graph.context import MAIContext
 from mai_graph.prompts import transfer_messages
 from mai_graph.state import MAIState
 
-from ._common import Node, question_of, record
+from ._common import Node, call, question_of
 
 
 async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[str, Any]:
     """The large model's final short answer; its prompt shares the verify call's prefix."""
     q = question_of(state, ctx)
-    gen = await large.generate(
+    gen, rec = await call(
+        large,
         GenerationRequest(
             messages=transfer_messages(
                 ctx,
@@ -32,13 +33,15 @@ async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[st
             temperature=ctx.temperature,
             seed=ctx.seed,
             purpose="answer",
-        )
+        ),
+        "answer",
+        "large",
     )
     return {
         "answer": gen.text,
         "canonical": extract_answer(gen.text, q.kind, q.options),
         "route": "transfer",
-        "metrics": [record("answer", "large", gen)],
+        "metrics": [rec],
     }
 
 

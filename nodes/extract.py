@@ -10,7 +10,7 @@ from mai_graph.context import MAIContext
 from mai_graph.prompts import cot_messages, s2_messages
 from mai_graph.state import MAIState
 
-from ._common import Node, question_of, record
+from ._common import Node, call, question_of
 from .reason import reasoner
 
 
@@ -32,7 +32,8 @@ async def extract(
         state.get("reasoning_token_ids"),
         q.kind,
     )
-    gen = await backend.generate(
+    gen, rec = await call(
+        backend,
         GenerationRequest(
             messages=messages,
             max_tokens=ctx.s2_max_tokens,
@@ -40,13 +41,15 @@ async def extract(
             temperature=ctx.temperature,
             seed=ctx.seed,
             purpose="s2",
-        )
+        ),
+        "extract",
+        role,
     )
     canonical = extract_answer(gen.text, q.kind, q.options)
     update: dict[str, Any] = {
         "s2_answer": gen.text,
         "s2_canonical": canonical,
-        "metrics": [record("extract", role, gen)],
+        "metrics": [rec],
     }
     if ctx.policy in ("small_cot", "large_cot"):
         update.update(answer=gen.text, canonical=canonical, route=ctx.policy)

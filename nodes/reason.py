@@ -9,7 +9,7 @@ from mai_graph.context import MAIContext
 from mai_graph.prompts import cot_messages
 from mai_graph.state import MAIState
 
-from ._common import Node, question_of, record
+from ._common import Node, call, question_of
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -24,7 +24,8 @@ async def reason(
     q = question_of(state, ctx)
     role = reasoner(ctx)
     backend = large if role == "large" else small
-    gen = await backend.generate(
+    gen, rec = await call(
+        backend,
         GenerationRequest(
             messages=cot_messages(ctx, q.image, q.text, q.options),
             max_tokens=ctx.cot_max_tokens,
@@ -33,14 +34,16 @@ async def reason(
             seed=ctx.seed,
             logprobs=0,
             purpose="cot",
-        )
+        ),
+        "reason",
+        role,
     )
     return {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
         "reasoning_tokens": list(gen.tokens) if gen.tokens is not None else None,
         "reasoning_logprobs": list(gen.logprobs) if gen.logprobs is not None else None,
-        "metrics": [record("reason", role, gen)],
+        "metrics": [rec],
     }
 
 

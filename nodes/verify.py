@@ -12,7 +12,7 @@ from mai_graph.metrics import RESET_METRICS
 from mai_graph.prompts import short_messages
 from mai_graph.state import MAIState
 
-from ._common import Node, question_of, record
+from ._common import Node, call, question_of
 
 # Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
 _RUN_KEYS = (
@@ -51,7 +51,7 @@ async def verify(
 
     if ctx.policy in ("small", "large"):
         backend = small if ctx.policy == "small" else large
-        gen = await backend.generate(request())
+        gen, rec = await call(backend, request(), "verify", ctx.policy)
         canonical = extract_answer(gen.text, q.kind, q.options)
         update.update(
             {f"{ctx.policy}_answer": gen.text, f"{ctx.policy}_canonical": canonical},
@@ -59,22 +59,22 @@ async def verify(
             canonical=canonical,
             route=ctx.policy,
         )
-        update["metrics"].append(record("verify", ctx.policy, gen))
+        update["metrics"].append(rec)
         return update
 
     try:  # both in flight at once; one failing cancels the other
         async with asyncio.TaskGroup() as tg:
-            small_task = tg.create_task(small.generate(request()))
-            large_task = tg.create_task(large.generate(request()))
+            small_task = tg.create_task(call(small, request(), "verify", "small"))
+            large_task = tg.create_task(call(large, request(), "verify", "large"))
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None
-    gs, gl = small_task.result(), large_task.result()
+    (gs, rs), (gl, rl) = small_task.result(), large_task.result()
     cs = extract_answer(gs.text, q.kind, q.options)
     cl = extract_answer(gl.text, q.kind, q.options)
     update.update(
         small_answer=gs.text, small_canonical=cs, large_answer=gl.text, large_canonical=cl
     )
-    update["metrics"] += [record("verify", "small", gs), record("verify", "large", gl)]
+    update["metrics"] += [rs, rl]
     if canonical_match(cs, cl, rel_tol=ctx.rel_tol):
         update.update(answer=gl.text, canonical=cl, route="agree")
     return update

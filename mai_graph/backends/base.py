@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, Protocol, TypedDict, runtime_checkable
 
@@ -15,6 +16,8 @@ __all__ = [
     "ImagePart",
     "Message",
     "Part",
+    "StreamingBackend",
+    "TextCallback",
     "TextPart",
     "VLMBackend",
     "check_backend",
@@ -156,6 +159,21 @@ class VLMBackend(Protocol):
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request. Cancelling the awaiting task must abort the request."""
+        ...
+
+
+TextCallback = Callable[[str], None]
+"""Receives each new piece of generated text, in order, on the caller's event loop."""
+
+
+@runtime_checkable
+class StreamingBackend(VLMBackend, Protocol):
+    """A backend that can also report text as it is generated (all shipped backends can)."""
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback
+    ) -> Generation:
+        """Serve one request, calling ``on_text`` with each text delta; returns the whole."""
         ...
 
 

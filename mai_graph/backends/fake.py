@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, Message
+from mai_graph.backends.base import Generation, GenerationRequest, Message, TextCallback
 from mai_graph.errors import BackendError, ConfigError
 
 __all__ = ["FunctionBackend", "ScriptedBackend", "demo_backends"]
@@ -67,7 +67,12 @@ class _FakeEngine:
         self._seen.append(prompt)
         return best
 
-    async def _serve(self, request: GenerationRequest, text: str | Generation) -> Generation:
+    async def _serve(
+        self,
+        request: GenerationRequest,
+        text: str | Generation,
+        on_text: TextCallback | None = None,
+    ) -> Generation:
         self.requests.append(request)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -75,9 +80,15 @@ class _FakeEngine:
         try:
             if self.latency:
                 await asyncio.sleep(self.latency)
-            if isinstance(text, Generation):
-                return text
-            return self._generation(request, text, time.perf_counter() - start)
+            gen = (
+                text
+                if isinstance(text, Generation)
+                else self._generation(request, text, time.perf_counter() - start)
+            )
+            if on_text is not None:
+                for piece in gen.tokens or (gen.text,):
+                    on_text(piece)
+            return gen
         finally:
             self.in_flight -= 1
 
@@ -175,11 +186,17 @@ class ScriptedBackend(_FakeEngine):
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request from the script."""
+        return await self.generate_stream(request, None)
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback | None
+    ) -> Generation:
+        """Serve one request from the script, reporting each word to ``on_text``."""
         failures = self._fail.get(request.purpose)
         if failures:
             self.requests.append(request)
             raise failures.pop(0)
-        return await self._serve(request, self._respond(request))
+        return await self._serve(request, self._respond(request), on_text)
 
     def calls(self, purpose: str) -> list[GenerationRequest]:
         """The recorded requests of one purpose, in order."""
@@ -210,10 +227,16 @@ class FunctionBackend(_FakeEngine):
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request with the function."""
+        return await self.generate_stream(request, None)
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback | None
+    ) -> Generation:
+        """Serve one request with the function, reporting each word to ``on_text``."""
         out = self.fn(request)
         if inspect.isawaitable(out):
             out = await out
-        return await self._serve(request, out)
+        return await self._serve(request, out, on_text)
 
 
 def _pick(seed: str, choices: Sequence[str]) -> str:

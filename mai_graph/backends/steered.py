@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
+from mai_graph.backends.base import Generation, GenerationRequest, TextCallback, VLMBackend
 from mai_graph.errors import ConfigError
 
 __all__ = ["SteeredBackend"]
@@ -46,9 +46,19 @@ class SteeredBackend:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def _steer(self, request: GenerationRequest) -> GenerationRequest:
+        forced = self.choices.get(request.purpose)
+        return request if forced is None else dataclasses.replace(request, choices=forced)
+
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve ``request`` on the inner backend, narrowed to the steered choices."""
-        forced = self.choices.get(request.purpose)
-        if forced is not None:
-            request = dataclasses.replace(request, choices=forced)
-        return await self.inner.generate(request)
+        return await self.inner.generate(self._steer(request))
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback
+    ) -> Generation:
+        """Streaming :meth:`generate` (when the inner backend streams)."""
+        stream = getattr(self.inner, "generate_stream", None)
+        if stream is None:
+            return await self.generate(request)
+        return await stream(self._steer(request), on_text)

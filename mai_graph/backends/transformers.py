@@ -24,10 +24,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest
+from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import render
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import ImageRef, load_image
+from mai_graph.loop import on_caller_loop
 
 if TYPE_CHECKING:
     pass
@@ -269,8 +270,19 @@ class TransformersBackend:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request in a worker thread; cancelling stops it at the next token."""
+        return await self._run(request, None)
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback
+    ) -> Generation:
+        """Like :meth:`generate`, calling ``on_text`` with each text delta on the caller's loop."""
+        return await self._run(request, on_caller_loop(on_text))
+
+    async def _run(self, request: GenerationRequest, on_text: TextCallback | None) -> Generation:
         cancel = threading.Event()
-        worker = asyncio.get_running_loop().run_in_executor(None, self._serve, request, cancel)
+        worker = asyncio.get_running_loop().run_in_executor(
+            None, self._serve, request, cancel, on_text
+        )
         try:
             return await asyncio.shield(worker)
         except asyncio.CancelledError:
@@ -278,12 +290,14 @@ class TransformersBackend:
             worker.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
 
-    def _serve(self, request: GenerationRequest, cancel: threading.Event) -> Generation:
+    def _serve(
+        self, request: GenerationRequest, cancel: threading.Event, on_text: TextCallback | None
+    ) -> Generation:
         with self._lock:
             if cancel.is_set():
                 raise BackendError(f"{self.name}: request {request.request_id} was cancelled")
             try:
-                return self._decode(request, cancel)
+                return self._decode(request, cancel, on_text)
             except (BackendError, ConfigError):
                 raise
             except Exception as exc:
@@ -291,7 +305,9 @@ class TransformersBackend:
                     f"{self.name} failed on request {request.request_id}: {exc}"
                 ) from exc
 
-    def _decode(self, request: GenerationRequest, cancel: threading.Event) -> Generation:
+    def _decode(
+        self, request: GenerationRequest, cancel: threading.Event, on_text: TextCallback | None
+    ) -> Generation:
         import torch
         from transformers.cache_utils import DynamicCache
 
@@ -323,6 +339,7 @@ class TransformersBackend:
         logprobs: list[float] = []
         next_pos = int(positions.max()) + 1
         finish, ttft = "length", None
+        sent = 0
         with torch.inference_mode():
             logits = model(**forward).logits[0, -1].float()
             self._store(key, cache)
@@ -351,6 +368,11 @@ class TransformersBackend:
                     break
                 out_ids.append(token)
                 logprobs.append(float(logp[token]))
+                if on_text is not None:
+                    text_so_far = tok.decode(out_ids, skip_special_tokens=True)
+                    if len(text_so_far) > sent:
+                        on_text(text_so_far[sent:])
+                        sent = len(text_so_far)
                 if allowed is not None and allowed.complete(out_ids):
                     finish = "stop"
                     break

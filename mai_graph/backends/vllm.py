@@ -22,11 +22,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest
+from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import render
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
-from mai_graph.loop import BackgroundLoop
+from mai_graph.loop import BackgroundLoop, on_caller_loop
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -290,8 +290,17 @@ class VLLMBackend:
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request; cancelling the caller aborts it in the engine."""
         if self._loop is None:
-            return await self._generate(request)
-        return await self._loop.arun(self._generate(request))
+            return await self._generate(request, None)
+        return await self._loop.arun(self._generate(request, None))
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback
+    ) -> Generation:
+        """Like :meth:`generate`, calling ``on_text`` with each text delta on the caller's loop."""
+        deliver = on_caller_loop(on_text)
+        if self._loop is None:
+            return await self._generate(request, deliver)
+        return await self._loop.arun(self._generate(request, deliver))
 
     def sampling_params(self, request: GenerationRequest) -> SamplingParams:
         """The native ``SamplingParams`` for a request."""
@@ -320,7 +329,9 @@ class VLLMBackend:
             prompt["multi_modal_uuids"] = {"image": [r["sha256"] for r in rendered.images]}
         return prompt
 
-    async def _generate(self, request: GenerationRequest) -> Generation:
+    async def _generate(
+        self, request: GenerationRequest, on_text: TextCallback | None
+    ) -> Generation:
         await self._start()
         assert self._engine is not None
         params = self.sampling_params(request)
@@ -330,10 +341,15 @@ class VLLMBackend:
         final = None
         try:
             stream = self._engine.generate(prompt, params, request.request_id)  # type: ignore[arg-type]
+            sent = 0
             async for out in stream:
                 if ttft is None and out.outputs and out.outputs[0].token_ids:
                     ttft = time.perf_counter() - start
                 final = out
+                if on_text is not None and out.outputs and len(out.outputs[0].text) > sent:
+                    text = out.outputs[0].text
+                    on_text(text[sent:])
+                    sent = len(text)
         except asyncio.CancelledError:
             raise
         except (ValueError, TypeError) as exc:
