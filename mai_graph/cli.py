@@ -74,27 +74,9 @@ def _context(args: argparse.Namespace) -> MAIContext:
 
 
 def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
-    kind = args.backend
-    if kind == "fake":
-        from mai_graph.backends.fake import demo_backends
+    from mai_graph.backends.select import backends_for
 
-        return demo_backends()
-    if not args.small or not args.large:
-        raise ConfigError(
-            f"--backend {kind} needs --small MODEL and --large MODEL",
-            parameter="--small/--large",
-            fix="pass checkpoint paths or hub ids of one model family "
-            "(or run `mai-graph build-tiny DIR` for a local test pair)",
-        )
-    if kind == "vllm":
-        from mai_graph.backends.vllm import VLLMBackend
-
-        return VLLMBackend(args.small), VLLMBackend(args.large)
-    if kind == "transformers":
-        from mai_graph.backends.transformers import TransformersBackend
-
-        return TransformersBackend(args.small), TransformersBackend(args.large)
-    raise ConfigError(f"unknown backend {kind!r}", parameter="--backend", value=kind)
+    return backends_for(args.backend, args.small, args.large)
 
 
 def _fmt_ms(seconds: float | None) -> str:

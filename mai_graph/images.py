@@ -18,7 +18,9 @@ import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
+
+from typing_extensions import TypedDict
 
 from mai_graph.errors import ImageError
 

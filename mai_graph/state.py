@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NotRequired, TypedDict
+from typing import Annotated, Literal, NotRequired
+
+from typing_extensions import TypedDict
 
 from mai_graph.images import ImageRef
 from mai_graph.metrics import merge_metrics

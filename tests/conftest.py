@@ -18,3 +18,11 @@ def png(tmp_path):
     path = tmp_path / "red.png"
     Image.new("RGB", (64, 48), (200, 20, 20)).save(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory):
+    from mai_graph.testing import build_tiny_pair
+
+    root = os.environ.get("MAI_GRAPH_TINY_DIR") or tmp_path_factory.mktemp("tiny")
+    return build_tiny_pair(root)

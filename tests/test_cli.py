@@ -28,7 +28,7 @@ def test_run_json(capsys, png):
         (["run", "q", "--policy", "fastest"], "policy must be one of"),
         (["run", "q", "--keep-ratio", "2"], "keep_ratio must be in"),
         (["run", "q", "--set", "nosuch=1"], "--set needs FIELD=VALUE"),
-        (["run", "q", "--backend", "vllm"], "needs --small MODEL and --large MODEL"),
+        (["run", "q", "--backend", "vllm"], "backend vllm needs both models (--small/--large)"),
         (["run", "q", "--option", "only"], "need 2 to 26 options"),
     ],
 )

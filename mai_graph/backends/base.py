@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, Protocol, TypedDict, runtime_checkable
+from typing import Literal, NotRequired, Protocol, runtime_checkable
+
+from typing_extensions import TypedDict
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef

@@ -1,20 +1,11 @@
 """Real engines for the graph tests: the tiny Qwen3-VL pair, started once per session."""
 
-import os
 from pathlib import Path
 
 import pytest
 from PIL import Image, ImageDraw
 
 ENGINES = ("vllm", "transformers")
-
-
-@pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory):
-    from mai_graph.testing import build_tiny_pair
-
-    root = os.environ.get("MAI_GRAPH_TINY_DIR") or tmp_path_factory.mktemp("tiny")
-    return build_tiny_pair(root)
 
 
 @pytest.fixture(scope="session")
