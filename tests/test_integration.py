@@ -276,5 +276,5 @@ def test_node_timeout_stops_a_hung_backend():
         return asyncio.get_running_loop().time() - start, err.value
 
     elapsed, exc = asyncio.run(go())
-    assert elapsed < 2
+    assert elapsed < 4  # well before the backend's 5 s answer
     assert "timeout" in type(exc).__name__.lower() or "timed out" in str(exc).lower()
