@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from mai_graph import MAIContext, arun
-from mai_graph.backends.render import render
+from mai_graph.backends.render import common_prefix, render
 from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
-from mai_graph.testing import build_tiny_pair
+from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
 
 SHORT, COT = 8, 300
 LENGTHS = {"short": SHORT, "cot": COT, "s2": SHORT, "answer": SHORT}
@@ -66,14 +66,11 @@ async def route_once(small, large, image, route):
 
 
 def shared(tokenizer, a, b):
-    ids_a = render(tokenizer, a.messages, set()).token_ids
-    ids_b = render(tokenizer, b.messages, set()).token_ids
-    n = 0
-    for x, y in zip(ids_a, ids_b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """Prompt ids two requests share (image placeholders unexpanded)."""
+    return common_prefix(
+        render(tokenizer, a.messages, set()).token_ids,
+        render(tokenizer, b.messages, set()).token_ids,
+    )
 
 
 def decode_speed(gen):
@@ -81,30 +78,18 @@ def decode_speed(gen):
 
 
 async def main(args):
-    small_dir, large_dir = build_tiny_pair(args.dir)
-    if args.backend == "vllm":
-        from mai_graph.backends.vllm import VLLMBackend
-
-        small = VLLMBackend(str(small_dir), name="tiny-small")
-        large = VLLMBackend(str(large_dir), name="tiny-large")
-        await small.start()
-        await large.start()
-    else:
+    if args.backend == "transformers":
         import torch
 
         torch.set_num_threads(1)
-        from mai_graph.backends.transformers import TransformersBackend
-
-        small = TransformersBackend(str(small_dir), name="tiny-small")
-        large = TransformersBackend(str(large_dir), name="tiny-large")
+    small, large = tiny_backends(args.backend, args.dir)
+    await start_backends(small, large)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             image = demo_image(Path(tmp) / "bench.png")
             await run_benchmark(args, small, large, image)
     finally:
-        for backend in (small, large):
-            if hasattr(backend, "shutdown"):
-                backend.shutdown()
+        shutdown_backends(small, large)
 
 
 async def run_benchmark(args, small, large, image):

@@ -27,7 +27,7 @@ from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
 from mai_graph.nodes.verify import verify
 from mai_graph.scoring import AttentionScorer, default_scorers
-from mai_graph.testing import build_tiny_pair
+from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
 
 QUESTIONS = [
     "Which colour is the large square in the centre of the picture?",
@@ -42,33 +42,21 @@ STRATEGIES: tuple[SparsifyStrategy, ...] = ("surprisal", "attention", "relevance
 
 
 async def main(args):
-    small_dir, large_dir = build_tiny_pair(args.dir)
-    if args.backend == "vllm":
-        from mai_graph.backends.vllm import VLLMBackend
-
-        small = VLLMBackend(str(small_dir), name="tiny-small")
-        large = VLLMBackend(str(large_dir), name="tiny-large")
-        await small.start()
-        await large.start()
-        attention = AttentionScorer(str(small_dir))  # transformers copy beside the engine
-    else:
+    if args.backend == "transformers":
         import torch
 
         torch.set_num_threads(1)
-        from mai_graph.backends.transformers import TransformersBackend
-
-        small = TransformersBackend(str(small_dir), name="tiny-small")
-        large = TransformersBackend(str(large_dir), name="tiny-large")
-        attention = AttentionScorer(small)
+    small, large = tiny_backends(args.backend, args.dir)
+    await start_backends(small, large)
+    # vLLM exposes no attention: the scorer loads a transformers copy of the small checkpoint.
+    attention = AttentionScorer(small if args.backend == "transformers" else small.model)
     scorers = {**default_scorers(small), "attention": attention}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             image = image_ref(demo_image(Path(tmp) / "bench.png"))
             await run(args, small, large, scorers, image)
     finally:
-        for backend in (small, large):
-            if hasattr(backend, "shutdown"):
-                backend.shutdown()
+        shutdown_backends(small, large)
 
 
 async def run(args, small, large, scorers, image):

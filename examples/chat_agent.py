@@ -66,7 +66,8 @@ def main() -> None:
             print(f"  [{'/'.join(namespace) or 'agent'}] {chunk['node']} ({chunk['role']}): "
                   f"{chunk['generated_tokens']} tokens")  # fmt: skip
     for message in agent.get_state(cfg).values["messages"]:
-        print(f"{message.type:>5}: {message.content if isinstance(message.content, str) else '[image + text]'}")
+        text = message.content if isinstance(message.content, str) else "[image + text]"
+        print(f"{message.type:>5}: {text}")
     reply = agent.get_state(cfg).values["messages"][-1]
     print(f"route={reply.response_metadata['route']} usage={reply.usage_metadata} "
           f"({events} stream events)")  # fmt: skip

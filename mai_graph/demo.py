@@ -12,7 +12,6 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mai_graph.api import MAIResult, arun
 from mai_graph.backends.base import VLMBackend
@@ -84,41 +83,23 @@ async def run_scenario(
     )
 
 
-def _engines(kind: str, small_dir: Path, large_dir: Path) -> tuple[Any, Any]:
-    if kind == "vllm":
-        from mai_graph.backends.vllm import VLLMBackend
-
-        return VLLMBackend(str(small_dir), name="tiny-small"), VLLMBackend(
-            str(large_dir), name="tiny-large"
-        )
-    from mai_graph.backends.transformers import TransformersBackend
-
-    return TransformersBackend(str(small_dir), name="tiny-small"), TransformersBackend(
-        str(large_dir), name="tiny-large"
-    )
-
-
 def run_demo(
     *, root: str | None = None, backend: str = "vllm", cot_tokens: int = 300, as_json: bool = False
 ) -> int:
     """Build the tiny pair, start both engines, run each route and print what happened."""
     from mai_graph.cli import format_result
-    from mai_graph.testing import build_tiny_pair
+    from mai_graph.testing import shutdown_backends, start_backends, tiny_backends, tiny_pair_paths
 
     say = (lambda *_: None) if as_json else print
-    small_dir, large_dir = build_tiny_pair(root)
-    say(f"tiny pair: {small_dir.parent} (random weights: the text is meaningless, "
-        "the machinery is real)")  # fmt: skip
-    small, large = _engines(backend, small_dir, large_dir)
+    small, large = tiny_backends(backend, root)
+    say(f"tiny pair: {tiny_pair_paths(root)[0].parent} (random weights: the text is "
+        "meaningless, the machinery is real)")  # fmt: skip
 
     async def go() -> list[MAIResult]:
         with tempfile.TemporaryDirectory() as tmp:
             image = demo_image(Path(tmp) / "demo.png")
-            start = getattr(small, "start", None)
-            if start is not None:
-                say(f"starting two {backend} engines, one after the other ...")
-                await small.start()
-                await large.start()
+            say(f"starting two {backend} backends, one after the other ...")
+            await start_backends(small, large)
             say("warming up ...")
             await run_scenario(SCENARIOS[2], small, large, image, 16)
             return [await run_scenario(s, small, large, image, cot_tokens) for s in SCENARIOS]
@@ -126,9 +107,7 @@ def run_demo(
     try:
         results = asyncio.run(go())
     finally:
-        for engine in (small, large):
-            if hasattr(engine, "shutdown"):
-                engine.shutdown()
+        shutdown_backends(small, large)
     if as_json:
         print(json.dumps([r.to_dict() for r in results], indent=1))
         return 0

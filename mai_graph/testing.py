@@ -18,12 +18,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mai_graph.errors import ConfigError
+
 __all__ = [
     "TINY_SPECS",
     "TinySpec",
     "build_tiny_pair",
     "count_parameters",
     "default_tiny_dir",
+    "shutdown_backends",
+    "start_backends",
+    "tiny_backends",
     "tiny_pair_paths",
 ]
 
@@ -276,3 +281,39 @@ def build_tiny_pair(
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
     return small_dir, large_dir
+
+
+def tiny_backends(
+    kind: str = "vllm", root: str | os.PathLike[str] | None = None
+) -> tuple[Any, Any]:
+    """Backends named ``tiny-small`` / ``tiny-large`` over the tiny pair (built if needed).
+
+    ``kind`` is ``vllm`` or ``transformers``. Nothing is started: use :func:`start_backends`
+    (or let the first request start them).
+    """
+    from mai_graph.backends.select import backends_for
+
+    if kind not in ("vllm", "transformers"):
+        raise ConfigError(
+            f"tiny backends are vllm or transformers, got {kind!r}", parameter="kind", value=kind
+        )
+    small_dir, large_dir = build_tiny_pair(root)
+    small, large = backends_for(kind, str(small_dir), str(large_dir))
+    small.name, large.name = "tiny-small", "tiny-large"
+    return small, large
+
+
+async def start_backends(*backends: Any) -> None:
+    """Start (and warm up) engines one after the other; backends without engines are skipped."""
+    for backend in backends:
+        start = getattr(backend, "start", None)
+        if start is not None:
+            await start()
+
+
+def shutdown_backends(*backends: Any) -> None:
+    """Shut engines down (backends without engines are skipped)."""
+    for backend in backends:
+        stop = getattr(backend, "shutdown", None)
+        if stop is not None:
+            stop()

@@ -8,6 +8,7 @@ the engine already holds in its prefix / KV cache (re-tokenizing generated text 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from mai_graph.backends.base import Message, Part
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
 
-__all__ = ["RenderedPrompt", "hf_messages", "render"]
+__all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fingerprint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,3 +141,23 @@ def render(
 
 def _text(text: str) -> Part:
     return {"type": "text", "text": text}
+
+
+def vocab_fingerprint(tokenizer: Any) -> str:
+    """Hash of a tokenizer's vocabulary: equal when token ids mean the same text."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids two sequences share.
+
+    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

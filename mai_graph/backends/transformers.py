@@ -16,7 +16,6 @@ model takes 3-D (m-RoPE) positions, the Qwen2/2.5/3-VL families, are supported.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import threading
 import time
@@ -25,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
-from mai_graph.backends.render import render
+from mai_graph.backends.render import render, vocab_fingerprint
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import ImageRef, load_image
 from mai_graph.loop import on_caller_loop
@@ -248,8 +247,7 @@ class TransformersBackend:
     def vocab_fingerprint(self) -> str:
         """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same."""
         if self._fingerprint is None:
-            vocab = sorted(self.tokenizer.get_vocab().items())
-            self._fingerprint = hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
+            self._fingerprint = vocab_fingerprint(self.tokenizer)
         return self._fingerprint
 
     @property

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
-from mai_graph.backends.render import render
+from mai_graph.backends.render import render, vocab_fingerprint
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
 from mai_graph.loop import BackgroundLoop, on_caller_loop
@@ -263,8 +262,7 @@ class VLLMBackend:
     def vocab_fingerprint(self) -> str:
         """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same."""
         if self._fingerprint is None:
-            vocab = sorted(self.tokenizer.get_vocab().items())
-            self._fingerprint = hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
+            self._fingerprint = vocab_fingerprint(self.tokenizer)
         return self._fingerprint
 
     async def reset_prefix_cache(self) -> None:

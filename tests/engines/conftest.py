@@ -22,25 +22,16 @@ def scene(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", params=ENGINES)
 def engines(request, tiny_pair):
     """(kind, small, large), each pair started once per session and shut down at the end."""
-    small_dir, large_dir = (str(p) for p in tiny_pair)
+    from mai_graph.loop import run_sync
+    from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
+
     if request.param == "vllm":
         pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
-        from mai_graph.backends.vllm import VLLMBackend
-        from mai_graph.loop import run_sync
-
-        small = VLLMBackend(small_dir, name="tiny-small")
-        large = VLLMBackend(large_dir, name="tiny-large")
-        run_sync(small.start())
-        run_sync(large.start())
     else:
         import torch
 
         torch.set_num_threads(1)
-        from mai_graph.backends.transformers import TransformersBackend
-
-        small = TransformersBackend(small_dir, name="tiny-small")
-        large = TransformersBackend(large_dir, name="tiny-large")
+    small, large = tiny_backends(request.param, tiny_pair[0].parent)
+    run_sync(start_backends(small, large))
     yield request.param, small, large
-    for backend in (small, large):
-        if hasattr(backend, "shutdown"):
-            backend.shutdown()
+    shutdown_backends(small, large)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mai_graph import MAIContext, arun
-from mai_graph.backends.render import render
+from mai_graph.backends.render import common_prefix, render
 from mai_graph.backends.steered import SteeredBackend
 
 pytestmark = pytest.mark.engine
@@ -49,16 +49,11 @@ def ctx(**kw):
 
 
 def shared_prefix(backend, a, b):
-    """Expanded prompt tokens two requests share (the image counts as its expanded tokens)."""
+    """Prompt ids two requests share (image placeholders unexpanded)."""
     tok = backend.tokenizer
-    ids_a = render(tok, a.messages, set()).token_ids
-    ids_b = render(tok, b.messages, set()).token_ids
-    n = 0
-    for x, y in zip(ids_a, ids_b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefix(
+        render(tok, a.messages, set()).token_ids, render(tok, b.messages, set()).token_ids
+    )
 
 
 async def steered_run(small, large, route, scene, **kw):
