@@ -94,6 +94,10 @@ async def test_kept_token_ids_reach_the_large_model(engines, scene):
             seen.append(request)
             return await large.generate(request)
 
+        async def generate_stream(self, request, on_text):
+            seen.append(request)
+            return await large.generate_stream(request, on_text)
+
     result = await arun(
         QUESTION, str(scene), options=OPTIONS,
         small=SteeredBackend(small, FORCE[0]), large=SteeredBackend(Spy(), FORCE[1]),
