@@ -76,7 +76,7 @@ def _context(args: argparse.Namespace) -> MAIContext:
 def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
     from mai_graph.backends.select import backends_for
 
-    return backends_for(args.backend, args.small, args.large)
+    return backends_for(args.backend, args.small, args.large, urls=(args.small_url, args.large_url))
 
 
 def _fmt_ms(seconds: float | None) -> str:
@@ -197,12 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--backend",
         default="fake",
-        choices=["fake", "vllm", "transformers"],
+        choices=["fake", "vllm", "transformers", "openai"],
         help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
-        "transformers: Hugging Face models in-process",
+        "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
+        "(vllm serve; --small/--large are the served model names)",
     )
     run.add_argument("--small", help="small model: checkpoint path or hub id")
     run.add_argument("--large", help="large model: checkpoint path or hub id")
+    run.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
+    run.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_context_flags(run)
     run.set_defaults(func=_cmd_run)

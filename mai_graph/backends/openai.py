@@ -1,0 +1,211 @@
+"""OpenAI-compatible servers (``vllm serve``): the remote path for scale-out.
+
+Each request is one streamed chat completion. The image travels as a PNG data URL with its pixel
+hash as the part's ``uuid`` (vLLM keys its multimodal and prefix caches on it); vLLM's own
+options go in the request body (``min_tokens``, ``structured_outputs`` for choices,
+``return_token_ids``). Cached tokens come from ``usage.prompt_tokens_details`` (start the server
+with ``--enable-prompt-tokens-details``). Cancelling the caller closes the stream, and the
+server aborts the request.
+
+Over HTTP the S2 turn re-sends the reasoning as text (an API cannot splice token ids); the
+server's prefix cache still serves the CoT prompt, and usually most of the reasoning.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from typing import TYPE_CHECKING, Any
+
+from mai_graph.backends.base import Generation, GenerationRequest, Message, TextCallback
+from mai_graph.errors import BackendError, ConfigError
+from mai_graph.images import load_image
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+__all__ = ["OpenAIBackend"]
+
+
+def _data_url(ref: Any) -> str:
+    buf = io.BytesIO()
+    load_image(ref).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Messages in the OpenAI chat format (images as data URLs with their hash as ``uuid``)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        parts: list[dict[str, Any]] = []
+        for p in m["content"]:
+            if p["type"] == "image":
+                ref = p["image"]
+                parts.append(
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": _data_url(ref)},
+                        "uuid": ref["sha256"],
+                    }
+                )
+            else:
+                parts.append({"type": "text", "text": p["text"]})
+        if m["role"] != "user" and all(part["type"] == "text" for part in parts):
+            out.append({"role": m["role"], "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": m["role"], "content": parts})
+    return out
+
+
+class OpenAIBackend:
+    """A model behind an OpenAI-compatible chat completions endpoint (``vllm serve``).
+
+    Args:
+        client: An ``openai.AsyncOpenAI`` client (you choose base URL, key, timeouts, retries).
+        model: The served model name.
+        name: Name in metrics (default: ``model``).
+        vllm_extras: Send vLLM's request options (``min_tokens``, ``structured_outputs``,
+            ``return_token_ids``); turn off for servers that refuse unknown fields.
+    """
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        model: str,
+        *,
+        name: str | None = None,
+        vllm_extras: bool = True,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ConfigError(
+                f"model must be the served model name, got {model!r}", parameter="model"
+            )
+        self.client = client
+        self.model = model
+        self.name = name or model
+        self.vllm_extras = vllm_extras
+
+    @classmethod
+    def from_url(
+        cls, base_url: str, model: str, *, api_key: str = "EMPTY", **kwargs: Any
+    ) -> OpenAIBackend:
+        """A backend for the server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``)."""
+        from openai import AsyncOpenAI
+
+        return cls(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0), model, **kwargs)
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The chat completion request for ``request`` (streamed, with usage)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": openai_messages(request.messages),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.stop:
+            body["stop"] = list(request.stop)
+        if request.logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = request.logprobs
+        extra: dict[str, Any] = {}
+        if self.vllm_extras:
+            extra["return_token_ids"] = True
+            if request.min_tokens:
+                extra["min_tokens"] = request.min_tokens
+            if request.choices is not None:
+                extra["structured_outputs"] = {"choice": list(request.choices)}
+            if request.prompt_logprobs is not None:
+                extra["prompt_logprobs"] = request.prompt_logprobs
+        elif request.choices is not None or request.min_tokens:
+            raise ConfigError(
+                "choices and min_tokens need vLLM's request options",
+                parameter="vllm_extras",
+                fix="serve with vLLM and keep vllm_extras=True, or drop constrained choices "
+                "(constrain_choices=False in the context)",
+            )
+        body["extra_body"] = extra
+        return body
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Serve one request (streamed, so time to first token is measured)."""
+        return await self.generate_stream(request, None)
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback | None
+    ) -> Generation:
+        """Serve one request, calling ``on_text`` with each text delta."""
+        import openai
+
+        body = self.body(request)
+        start = time.perf_counter()
+        ttft: float | None = None
+        text: list[str] = []
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        pieces: list[str] = []
+        finish = "stop"
+        usage = None
+        try:
+            stream = await self.client.chat.completions.create(**body)
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    delta = choice.delta.content or ""
+                    if delta:
+                        ttft = ttft if ttft is not None else time.perf_counter() - start
+                        text.append(delta)
+                        if on_text is not None:
+                            on_text(delta)
+                    ids = getattr(choice, "token_ids", None) or (choice.model_extra or {}).get(
+                        "token_ids"
+                    )
+                    if ids:
+                        token_ids.extend(ids)
+                    if choice.logprobs is not None and choice.logprobs.content:
+                        for item in choice.logprobs.content:
+                            logprobs.append(float(item.logprob))
+                            pieces.append(item.token)
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
+            raise BackendError(
+                f"{self.name}: server unreachable or busy: {exc}",
+                transient=True,
+                fix="check that the server is up (GET /health) and not overloaded",
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise BackendError(
+                f"{self.name}: server refused request {request.request_id} "
+                f"({exc.status_code}): {exc.message}",
+                transient=exc.status_code >= 500,
+                parameter="request",
+            ) from exc
+        if usage is None:
+            raise BackendError(
+                f"{self.name}: the server sent no usage for {request.request_id}",
+                fix="use a server that honours stream_options.include_usage (vllm serve does)",
+            )
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        return Generation(
+            text="".join(text),
+            model=self.name,
+            prompt_tokens=int(usage.prompt_tokens),
+            cached_tokens=int(cached) if cached is not None else None,
+            generated_tokens=int(usage.completion_tokens),
+            latency_s=time.perf_counter() - start,
+            ttft_s=ttft,
+            finish_reason=finish,
+            token_ids=tuple(token_ids),
+            logprobs=tuple(logprobs) if request.logprobs is not None and logprobs else None,
+            tokens=tuple(pieces) if pieces else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -1,0 +1,161 @@
+"""The OpenAI-compatible path against a real `vllm serve` (the tiny small model, on CPU)."""
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from mai_graph import BackendError, GenerationRequest, MAIContext, arun
+from mai_graph.backends.steered import SteeredBackend
+from mai_graph.images import image_ref
+
+pytestmark = [pytest.mark.engine, pytest.mark.server]
+
+QUESTION = (
+    "Look at the picture of coloured shapes on a grey background. Which colour is the large "
+    "square in the centre of the image, and how does it compare with the smaller circle?"
+)
+OPTIONS = ["red", "blue", "green", "yellow"]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read().decode()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair, tmp_path_factory):
+    pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
+    pytest.importorskip("openai", reason="installed with the openai extra")
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("vllm-serve") / "server.log", "w+")  # noqa: SIM115
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_pair[0]),
+         "--served-model-name", "tiny-small", "--host", "127.0.0.1", "--port", str(port),
+         "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
+         "--max-model-len", "4096", "--enable-prompt-tokens-details"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if _get(f"{base}/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"vllm serve did not come up:\n{log.read()[-3000:]}")
+            time.sleep(1)
+        yield f"{base}/v1", base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def backend(url):
+    from mai_graph.backends.openai import OpenAIBackend
+
+    return OpenAIBackend.from_url(url, "tiny-small")
+
+
+def running(base):
+    _, text = _get(f"{base}/metrics")
+    for line in text.splitlines():
+        if line.startswith("vllm:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no vllm:num_requests_running metric")
+
+
+async def test_graph_runs_through_the_server(server, scene):
+    url, _ = server
+    small, large = backend(url), backend(url)
+    result = await arun(
+        QUESTION, str(scene), options=OPTIONS,
+        small=SteeredBackend(small, {"short": ["A"], "s2": ["C"]}),
+        large=SteeredBackend(large, {"short": ["B"]}),
+        context=MAIContext(cot_max_tokens=48, cot_min_tokens=48),
+    )  # fmt: skip
+    assert result.route == "transfer"
+    assert [m["node"] for m in result.metrics] == [
+        "verify",
+        "verify",
+        "reason",
+        "extract",
+        "answer",
+    ]
+    by_node = {m["node"]: m for m in result.metrics}
+    assert by_node["reason"]["generated_tokens"] == 48
+    assert by_node["reason"]["prompt_tokens"] > 100  # the image reached the model
+    assert by_node["extract"]["cached_tokens"] > 0  # S2 extends the CoT prompt
+    assert by_node["answer"]["cached_tokens"] >= 96  # the verify prefix, in whole blocks
+    assert result.canonical in ("A", "B", "C", "D")
+    assert result.sparsification["tokens_in"] > 0
+
+
+async def test_choices_logprobs_and_token_ids(server, scene):
+    url, _ = server
+    gen = await backend(url).generate(
+        GenerationRequest(
+            ({"role": "user", "content": [{"type": "image", "image": image_ref(scene)},
+                                          {"type": "text", "text": "Colour?"}]},),
+            max_tokens=16, min_tokens=16, logprobs=0, purpose="cot",
+        )
+    )  # fmt: skip
+    assert gen.generated_tokens == 16 == len(gen.token_ids) == len(gen.logprobs) == len(gen.tokens)
+    assert gen.ttft_s is not None and gen.ttft_s <= gen.latency_s
+    pick = await backend(url).generate(
+        GenerationRequest(
+            ({"role": "user", "content": [{"type": "text", "text": "Pick one."}]},),
+            max_tokens=4, choices=("yes", "no"), purpose="short",
+        )
+    )  # fmt: skip
+    assert pick.text in ("yes", "no")
+
+
+async def test_cancel_aborts_the_server_request(server):
+    url, base = server
+    request = GenerationRequest(
+        ({"role": "user", "content": [{"type": "text", "text": "Talk."}]},),
+        max_tokens=3000, min_tokens=3000, purpose="cot",
+    )  # fmt: skip
+    task = asyncio.create_task(backend(url).generate(request))
+    deadline = time.monotonic() + 60
+    while running(base) < 1:
+        assert time.monotonic() < deadline, "the request never started"
+        await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 20
+    while running(base) > 0:
+        assert time.monotonic() < deadline, "the server kept generating for a closed stream"
+        await asyncio.sleep(0.2)
+
+
+async def test_unreachable_server_is_a_transient_backend_error():
+    with pytest.raises(BackendError, match="unreachable") as err:
+        await backend(f"http://127.0.0.1:{_free_port()}/v1").generate(
+            GenerationRequest(
+                ({"role": "user", "content": [{"type": "text", "text": "x"}]},), max_tokens=2
+            )  # fmt: skip
+        )
+    assert err.value.transient
