@@ -27,11 +27,17 @@ from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
 
 SHORT, COT = 8, 300
 LENGTHS = {"short": SHORT, "cot": COT, "s2": SHORT, "answer": SHORT}
-ROUTES = {
-    "MV-exit (agree)": ({"short": "A"}, {"short": "A"}, "mai"),
-    "S2-exit (extract_agree)": ({"short": "A", "s2": "B"}, {"short": "B"}, "mai"),
-    "transfer": ({"short": "A", "s2": "C"}, {"short": "B", "answer": "D"}, "mai"),
-    "large-CoT (baseline)": ({}, {"s2": "D"}, "large_cot"),
+ROUTES = {  # route: (small texts, large texts, context settings)
+    "MV-exit (agree)": ({"short": "A"}, {"short": "A"}, {}),
+    "S2-exit (extract_agree)": ({"short": "A", "s2": "B"}, {"short": "B"}, {}),
+    "transfer": ({"short": "A", "s2": "C"}, {"short": "B", "answer": "D"}, {}),
+    "MV-exit, speculative CoT": ({"short": "A"}, {"short": "A"}, {"speculative_cot": True}),
+    "transfer, speculative CoT": (
+        {"short": "A", "s2": "C"},
+        {"short": "B", "answer": "D"},
+        {"speculative_cot": True},
+    ),
+    "large-CoT (baseline)": ({}, {"s2": "D"}, {"policy": "large_cot"}),
 }
 
 
@@ -58,9 +64,9 @@ _cases = itertools.count()
 async def route_once(small, large, image, route):
     """One run on a question no earlier run asked: caches hold only what this run shares."""
     question = f"{DEMO_QUESTION} (case {next(_cases)})"
-    small_text, large_text, policy = ROUTES[route]
+    small_text, large_text, settings = ROUTES[route]
     fs, fl = Forced(small, small_text), Forced(large, large_text)
-    ctx = MAIContext(policy=policy, cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT)
+    ctx = MAIContext(cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT, **settings)
     result = await arun(question, str(image), options=DEMO_OPTIONS, small=fs, large=fl, context=ctx)
     return result, fs, fl
 

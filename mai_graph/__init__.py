@@ -13,6 +13,7 @@ from mai_graph.context import MAIContext, Policy, SparsifyStrategy
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
+from mai_graph.langchain import MAIChatModel, create_mai_chat_graph
 from mai_graph.state import InputState, MAIState, NodeMetrics, OutputState, Route
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ImageError",
     "ImageRef",
     "InputState",
+    "MAIChatModel",
     "MAIContext",
     "MAIError",
     "MAIResult",
@@ -40,6 +42,7 @@ __all__ = [
     "VLMBackend",
     "answers_match",
     "arun",
+    "create_mai_chat_graph",
     "create_mai_graph",
     "demo_backends",
     "extract_answer",

@@ -78,6 +78,10 @@ class MAIContext:
     """Budget of the S2 answer-extraction turn."""
     s2_exit: bool = True
     """End the run when the S2 answer agrees with the large model's short answer."""
+    speculative_cot: bool = False
+    """Start the small model's reasoning while verification runs: a disagreement then finds it
+    under way (saving the verify latency), an agreement cancels it (aborted in the engine; the
+    small model wasted some decode steps, batched with the short answers)."""
     sparsify: SparsifyStrategy = "surprisal"
     """Sparsification strategy; see :data:`SparsifyStrategy`."""
     keep_ratio: float = 0.2
@@ -151,7 +155,13 @@ class MAIContext:
                 value=self.temperature,
                 fix="use 0 for greedy decoding",
             )
-        for name in ("s2_exit", "constrain_choices", "whole_words", "force_keep"):
+        for name in (
+            "s2_exit",
+            "speculative_cot",
+            "constrain_choices",
+            "whole_words",
+            "force_keep",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
                     f"{name} must be true or false, got {getattr(self, name)!r}",

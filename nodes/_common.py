@@ -15,7 +15,7 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef, image_ref
 from mai_graph.loop import run_sync
-from mai_graph.prompts import option_letters
+from mai_graph.prompts import cot_messages, option_letters
 from mai_graph.state import MAIState, NodeMetrics
 
 MAX_OPTIONS = 26
@@ -38,6 +38,19 @@ class Question:
 
 
 Update = dict[str, Any]
+
+
+def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
+    """The chain-of-thought request (its generated logprobs come free and feed scorers)."""
+    return GenerationRequest(
+        messages=cot_messages(ctx, q.image, q.text, q.options),
+        max_tokens=ctx.cot_max_tokens,
+        min_tokens=ctx.cot_min_tokens,
+        temperature=ctx.temperature,
+        seed=ctx.seed,
+        logprobs=0,
+        purpose="cot",
+    )
 
 
 def current_context() -> MAIContext:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mai_graph.backends.base import GenerationRequest, VLMBackend
+from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
-from mai_graph.prompts import cot_messages
 from mai_graph.state import MAIState
 
-from ._common import Node, call, question_of
+from ._common import Node, Question, call, cot_request, question_of
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -17,27 +16,11 @@ def reasoner(ctx: MAIContext) -> str:
     return "large" if ctx.policy == "large_cot" else "small"
 
 
-async def reason(
-    state: MAIState, ctx: MAIContext, small: VLMBackend, large: VLMBackend
+async def write_reasoning(
+    q: Question, ctx: MAIContext, backend: VLMBackend, role: str
 ) -> dict[str, Any]:
-    """Generate the chain of thought under the context's token budget."""
-    q = question_of(state, ctx)
-    role = reasoner(ctx)
-    backend = large if role == "large" else small
-    gen, rec = await call(
-        backend,
-        GenerationRequest(
-            messages=cot_messages(ctx, q.image, q.text, q.options),
-            max_tokens=ctx.cot_max_tokens,
-            min_tokens=ctx.cot_min_tokens,
-            temperature=ctx.temperature,
-            seed=ctx.seed,
-            logprobs=0,
-            purpose="cot",
-        ),
-        "reason",
-        role,
-    )
+    """One chain-of-thought call and the state it fills (also used by a speculative verify)."""
+    gen, rec = await call(backend, cot_request(q, ctx), "reason", role)
     return {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
@@ -45,6 +28,21 @@ async def reason(
         "reasoning_logprobs": list(gen.logprobs) if gen.logprobs is not None else None,
         "metrics": [rec],
     }
+
+
+async def reason(
+    state: MAIState, ctx: MAIContext, small: VLMBackend, large: VLMBackend
+) -> dict[str, Any]:
+    """Generate the chain of thought under the context's token budget.
+
+    Makes no call when ``verify`` already wrote this run's reasoning (``speculative_cot``).
+    """
+    if state.get("reasoning") is not None:
+        return {}
+    role = reasoner(ctx)
+    return await write_reasoning(
+        question_of(state, ctx), ctx, large if role == "large" else small, role
+    )
 
 
 def make_reason(small: VLMBackend, large: VLMBackend) -> Node:

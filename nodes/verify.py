@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from mai_graph.answers import canonical_match, extract_answer
@@ -13,6 +14,7 @@ from mai_graph.prompts import short_messages
 from mai_graph.state import MAIState
 
 from ._common import Node, call, question_of
+from .reason import write_reasoning
 
 # Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
 _RUN_KEYS = (
@@ -62,12 +64,19 @@ async def verify(
         update["metrics"].append(rec)
         return update
 
+    speculative: asyncio.Future[dict[str, Any]] | None = None
     try:  # both in flight at once; one failing cancels the other
         async with asyncio.TaskGroup() as tg:
             small_task = tg.create_task(call(small, request(), "verify", "small"))
             large_task = tg.create_task(call(large, request(), "verify", "large"))
+            if ctx.speculative_cot:  # queued after the short answers, outside the group
+                speculative = asyncio.ensure_future(write_reasoning(q, ctx, small, "small"))
     except BaseExceptionGroup as group:
+        await _cancel(speculative)
         raise group.exceptions[0] from None
+    except BaseException:
+        await _cancel(speculative)
+        raise
     (gs, rs), (gl, rl) = small_task.result(), large_task.result()
     cs = extract_answer(gs.text, q.kind, q.options)
     cl = extract_answer(gl.text, q.kind, q.options)
@@ -77,7 +86,29 @@ async def verify(
     update["metrics"] += [rs, rl]
     if canonical_match(cs, cl, rel_tol=ctx.rel_tol):
         update.update(answer=gl.text, canonical=cl, route="agree")
+        await _cancel(speculative)
+    elif speculative is not None:
+        try:
+            reasoning = await speculative
+        except BaseException:
+            await _cancel(speculative)
+            raise
+        update["metrics"] += reasoning.pop("metrics")
+        update.update(reasoning)
     return update
+
+
+async def _cancel(task: asyncio.Future[Any] | None) -> None:
+    """Cancel a speculative call and wait until the engine has dropped it."""
+    if task is None:
+        return
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: the run has already failed or no longer needs it
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def make_verify(small: VLMBackend, large: VLMBackend) -> Node:

@@ -297,3 +297,41 @@ def test_sync_and_async_invoke_agree():
     )
     assert a["route"] == b["route"] == "transfer"
     assert a["answer"] == b["answer"]
+
+
+def test_speculative_cot_runs_during_verify_and_is_reused():
+    small, large = pair(
+        {"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "answer": "D"}, latency=0.05
+    )
+    out = ask(graph(small, large), context={"speculative_cot": True})
+    assert out["route"] == "transfer"
+    assert small.max_in_flight == 2  # the short answer and the reasoning ran together
+    assert sorted(r.purpose for r in small.requests) == ["cot", "s2", "short"]  # one CoT call
+    assert [(m["node"], m["role"]) for m in out["metrics"]] == [
+        ("verify", "small"),
+        ("verify", "large"),
+        ("reason", "small"),
+        ("extract", "small"),
+        ("answer", "large"),
+    ]
+
+
+def test_speculative_cot_is_cancelled_on_agreement():
+    cancelled = []
+
+    async def slow_cot(request):
+        if request.purpose != "cot":
+            return "A"
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(request.request_id)
+            raise
+        return "never"
+
+    small = FunctionBackend(slow_cot, name="small")
+    large = ScriptedBackend({"short": "A"}, name="large")
+    out = ask(graph(small, large), context={"speculative_cot": True})
+    assert out["route"] == "agree"
+    assert len(cancelled) == 1
+    assert [m["node"] for m in out["metrics"]] == ["verify", "verify"]
