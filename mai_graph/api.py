@@ -62,12 +62,10 @@ def _compiled(small: VLMBackend, large: VLMBackend) -> Any:
 
 
 def _inputs(question: str, image: Any, options: Sequence[str] | None) -> InputState:
-    state = InputState(question=question)
-    if image is not None:
-        state["image"] = image
-    if options is not None:
-        state["options"] = list(options)
-    return state
+    # Every input key is written, None included: on a reused thread nothing is inherited.
+    return InputState(
+        question=question, image=image, options=list(options) if options is not None else None
+    )
 
 
 async def arun(

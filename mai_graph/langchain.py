@@ -91,13 +91,13 @@ def messages_to_input(
             texts.append(str(part.get("text", "")))
         elif part.get("type") in ("image_url", "image") and image is None:
             image = _image_source(part)
-    state = InputState(question=" ".join(t.strip() for t in texts if t.strip()))
-    if image is not None:
-        state["image"] = image
     opts = options if options is not None else human.additional_kwargs.get("options")
-    if opts:
-        state["options"] = list(opts)
-    return state
+    # Every input key is written, None included: on a reused thread nothing is inherited.
+    return InputState(
+        question=" ".join(t.strip() for t in texts if t.strip()),
+        image=image,
+        options=list(opts) if opts else None,
+    )
 
 
 def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "mai") -> AIMessage:

@@ -56,7 +56,11 @@ class Sparsification(TypedDict):
 
 
 class InputState(TypedDict):
-    """What a run needs."""
+    """What a run needs.
+
+    On a thread reused for a new question, pass ``image`` and ``options`` explicitly (``None``
+    to clear them): LangGraph keeps state keys the new input does not mention.
+    """
 
     question: str
     image: NotRequired[ImageRef | str | None]

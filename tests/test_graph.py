@@ -335,3 +335,13 @@ def test_speculative_cot_is_cancelled_on_agreement():
     assert out["route"] == "agree"
     assert len(cancelled) == 1
     assert [m["node"] for m in out["metrics"]] == ["verify", "verify"]
+
+
+def test_reused_thread_with_explicit_none_drops_the_old_image(png):
+    small, large = pair({"short": ["A", "yes"]}, {"short": ["A", "yes"]})
+    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "img-reuse"}}
+    g.invoke({"question": "q1?", "options": OPTIONS, "image": str(png)}, cfg, context={})
+    g.invoke({"question": "q2?", "options": None, "image": None}, cfg, context={})
+    assert small.requests[0].image is not None and small.requests[1].image is None
+    assert small.requests[1].choices is None
