@@ -3,10 +3,8 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from mai_graph import ConfigError
 from mai_graph.backends.select import backends_from_env
+from tests.servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,12 +47,6 @@ def test_env_selects_backends_without_starting_engines():
         backends_from_env({"MAI_GRAPH_BACKEND": "transformers"})
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _call(url, payload=None, method=None):
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
@@ -67,32 +60,15 @@ def server(tmp_path_factory):
     cli = Path(sys.executable).parent / "langgraph"
     if not cli.exists() and not shutil.which("langgraph"):
         pytest.skip("langgraph-cli is installed with the studio extra")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true",
            "MAI_GRAPH_BACKEND": "fake"}  # fmt: skip
-    log = open(tmp_path_factory.mktemp("studio") / "server.log", "w+")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    cmd = [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
+           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                assert json.loads(_call(f"{base}/ok"))["ok"] is True
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"langgraph dev did not come up:\n{log.read()[-3000:]}")
-                time.sleep(0.5)
+    log = tmp_path_factory.mktemp("studio") / "server.log"
+    with serving(cmd, f"{base}/ok", log, env=env, cwd=ROOT, timeout=90):
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 @pytest.mark.server

@@ -2,17 +2,15 @@
 
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 from mai_graph import BackendError, GenerationRequest, MAIContext, arun
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.images import image_ref
+from tests.servers import free_port, get, serving
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
 
@@ -23,52 +21,20 @@ QUESTION = (
 OPTIONS = ["red", "blue", "green", "yellow"]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url):
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return resp.status, resp.read().decode()
-
-
 @pytest.fixture(scope="module")
 def server(tiny_pair, tmp_path_factory):
     pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
     pytest.importorskip("openai", reason="installed with the openai extra")
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("vllm-serve") / "server.log", "w+")  # noqa: SIM115
+    port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_pair[0]),
-         "--served-model-name", "tiny-small", "--host", "127.0.0.1", "--port", str(port),
-         "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
-         "--max-model-len", "4096", "--enable-prompt-tokens-details"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_pair[0]),
+           "--served-model-name", "tiny-small", "--host", "127.0.0.1", "--port", str(port),
+           "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
+           "--max-model-len", "4096", "--enable-prompt-tokens-details"]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if _get(f"{base}/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"vllm serve did not come up:\n{log.read()[-3000:]}")
-            time.sleep(1)
+    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    with serving(cmd, f"{base}/health", log, env=env):
         yield f"{base}/v1", base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def backend(url):
@@ -78,7 +44,7 @@ def backend(url):
 
 
 def running(base):
-    _, text = _get(f"{base}/metrics")
+    _, text = get(f"{base}/metrics")
     for line in text.splitlines():
         if line.startswith("vllm:num_requests_running"):
             return float(line.rsplit(" ", 1)[1])
@@ -153,7 +119,7 @@ async def test_cancel_aborts_the_server_request(server):
 
 async def test_unreachable_server_is_a_transient_backend_error():
     with pytest.raises(BackendError, match="unreachable") as err:
-        await backend(f"http://127.0.0.1:{_free_port()}/v1").generate(
+        await backend(f"http://127.0.0.1:{free_port()}/v1").generate(
             GenerationRequest(
                 ({"role": "user", "content": [{"type": "text", "text": "x"}]},), max_tokens=2
             )  # fmt: skip

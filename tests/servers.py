@@ -1,0 +1,47 @@
+"""Start a real server process for a test and stop it afterwards."""
+
+import contextlib
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read().decode()
+
+
+@contextlib.contextmanager
+def serving(cmd: list[str], health_url: str, log_path: Path, *, env=None, cwd=None,
+            timeout: float = 300) -> Iterator[subprocess.Popen]:  # fmt: skip
+    """Run ``cmd`` until ``health_url`` answers 200; fail the test with the log if it never does."""
+    with open(log_path, "w+") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                with contextlib.suppress(OSError):
+                    if get(health_url)[0] == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    pytest.fail(f"{cmd[0]} did not come up:\n{log.read()[-3000:]}")
+                time.sleep(0.5)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
