@@ -23,7 +23,6 @@ __all__ = [
     "TextPart",
     "VLMBackend",
     "check_backend",
-    "message_text",
 ]
 
 
@@ -55,11 +54,6 @@ class Message(TypedDict):
     token_ids: NotRequired[list[int]]
     """For an assistant turn the backend generated: its exact output ids, so a backend that can
     reuse them (prefix cache, KV cache) continues from the identical token sequence."""
-
-
-def message_text(message: Message) -> str:
-    """The concatenated text parts of a message."""
-    return "".join(p["text"] for p in message["content"] if p["type"] == "text")
 
 
 _ids = itertools.count()
