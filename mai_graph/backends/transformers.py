@@ -337,7 +337,7 @@ class TransformersBackend:
         logprobs: list[float] = []
         next_pos = int(positions.max()) + 1
         finish, ttft = "length", None
-        sent = 0
+        window = (0, 0)  # incremental detokenization offsets (prefix, read)
         with torch.inference_mode():
             logits = model(**forward).logits[0, -1].float()
             self._store(key, cache)
@@ -367,10 +367,7 @@ class TransformersBackend:
                 out_ids.append(token)
                 logprobs.append(float(logp[token]))
                 if on_text is not None:
-                    text_so_far = tok.decode(out_ids, skip_special_tokens=True)
-                    if len(text_so_far) > sent:
-                        on_text(text_so_far[sent:])
-                        sent = len(text_so_far)
+                    window = _stream_delta(tok, out_ids, window, on_text)
                 if allowed is not None and allowed.complete(out_ids):
                     finish = "stop"
                     break
@@ -516,6 +513,23 @@ class TransformersBackend:
 
     def __repr__(self) -> str:
         return f"TransformersBackend({self.name!r})"
+
+
+def _stream_delta(
+    tok: Any, ids: list[int], window: tuple[int, int], on_text: TextCallback
+) -> tuple[int, int]:
+    """Report the text the newest token added, decoding only a short window of recent ids.
+
+    The usual incremental detokenization (as in vLLM / TGI): text is released once it no
+    longer ends in an incomplete character, so per-step cost stays flat as the output grows.
+    """
+    prefix, read = window
+    before = tok.decode(ids[prefix:read], skip_special_tokens=True)
+    after = tok.decode(ids[prefix:], skip_special_tokens=True)
+    if len(after) > len(before) and not after.endswith("\ufffd"):
+        on_text(after[len(before) :])
+        return read, len(ids)
+    return prefix, read
 
 
 class _ChoiceTrie:

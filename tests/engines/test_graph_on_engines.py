@@ -160,3 +160,19 @@ async def test_sixteen_concurrent_graph_runs(engines, scene):
     runs = await asyncio.gather(*(steered_run(small, large, "transfer", scene) for _ in range(16)))
     assert [result.route for result, _, _ in runs] == ["transfer"] * 16
     assert all(len(result.metrics) == 5 for result, _, _ in runs)
+
+
+async def test_streamed_text_equals_the_result(engines):
+    from mai_graph import GenerationRequest
+
+    _, small, _ = engines
+    pieces = []
+    request = GenerationRequest(
+        ({"role": "user", "content": [{"type": "text", "text": "Describe the scene."}]},),
+        max_tokens=200,
+        min_tokens=200,
+    )
+    gen = await small.generate_stream(request, pieces.append)
+    await asyncio.sleep(0.1)  # deltas from another thread land on this loop
+    assert len(pieces) > 1
+    assert "".join(pieces) == gen.text
