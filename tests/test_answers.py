@@ -130,7 +130,7 @@ MATCH_CASES = [
     ("dog", "cat", "text", None, False),
     ("seven", "7", "auto", None, True),
     ("Yes", "yes.", "auto", None, True),
-    ("unknown", "unknown", "text", None, False),
+    ("I cannot tell", "I cannot tell", "text", None, False),
     ("??", "??", "auto", None, False),
 ]
 
@@ -177,3 +177,31 @@ def test_non_string_text_is_refused():
 
 def test_strip_think_unclosed():
     assert strip_think("<think>never closed") == ""
+
+
+def test_normalize_options_interface():
+    from mai_graph.answers import normalize_options
+
+    assert normalize_options(None) is None
+    assert normalize_options(["x", "y"]) == {"A": "x", "B": "y"}
+    assert normalize_options({"b": "x", "C": 3.0}) == {"B": "x", "C": "3"}
+    for bad in ("AB", ["x"], {"A": "x", "B": None}, {"AA": "x", "B": "y"}, ["x", " "]):
+        with pytest.raises(ConfigError) as err:
+            normalize_options(bad)
+        assert err.value.parameter == "options"
+    with pytest.raises(ConfigError, match="2 to 26"):
+        normalize_options([str(i) for i in range(27)])
+
+
+def test_mapping_options_keep_letters():
+    opts = {"B": "a cat", "C": "a dog"}
+    assert extract_answer("a dog", "choice", opts) == "C"
+    assert extract_answer("A", "choice", opts) == UNKNOWN
+
+
+def test_match_gold_interface():
+    from mai_graph.answers import match_gold
+
+    assert match_gold("The answer is C.", "C", options=["x", "y", "z"])
+    assert match_gold("Unknown", "unknown", "text")
+    assert UNKNOWN != "unknown"

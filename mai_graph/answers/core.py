@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import Literal, get_args
 
+from mai_graph.answers.options import Options, normalize_options
 from mai_graph.errors import ConfigError
 
 __all__ = [
@@ -42,7 +42,7 @@ AnswerKind = Literal["auto", "choice", "yes_no", "number", "text"]
 - ``text``: free text, compared after VQA-style normalization.
 """
 
-UNKNOWN = "unknown"
+UNKNOWN = "<unknown>"
 """The canonical answer when nothing can be extracted; it never matches anything."""
 
 _KINDS = get_args(AnswerKind)
@@ -67,6 +67,11 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _PUNCT = re.compile(r"[^\w\s.]|(?<!\d)\.|\.(?!\d)")
 _ARTICLES = frozenset({"a", "an", "the"})
 _SPACE = re.compile(r"\s+")
+_REFUSAL = re.compile(
+    r"\b(?:can ?not|can't|cannot|unable to|impossible to) (?:tell|determine|say|see|answer)\b"
+    r"|\b(?:unsure|not sure|don't know|do not know|no idea|not certain|uncertain)\b",
+    re.IGNORECASE,
+)
 
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -92,7 +97,7 @@ def strip_think(text: str) -> str:
     return text.replace("</think>", "")
 
 
-def resolve_kind(kind: str, options: Sequence[str] | None = None) -> AnswerKind:
+def resolve_kind(kind: str, options: Options | None = None) -> AnswerKind:
     """Validate ``kind`` and turn ``auto`` into ``choice`` when options are given.
 
     >>> resolve_kind("auto", ["cat", "dog"])
@@ -131,9 +136,9 @@ def _content_words(text: str) -> list[str]:
     return [w for w in _norm_words(text) if w not in _ARTICLES]
 
 
-def _extract_choice(text: str, options: Sequence[str] | None) -> str:
-    n = len(options) if options else 26
-    letters = [chr(ord("A") + i) for i in range(min(n, 26))]
+def _extract_choice(text: str, opts: dict[str, str] | None) -> str:
+    letters = list(opts) if opts else [chr(ord("A") + i) for i in range(26)]
+    options = list(opts.values()) if opts else None
 
     def ok(letter: str) -> str | None:
         letter = letter.upper()
@@ -287,7 +292,7 @@ def _extract_auto(text: str) -> str:
 
 
 def extract_answer(
-    text: str, kind: AnswerKind | str = "auto", options: Sequence[str] | None = None
+    text: str, kind: AnswerKind | str = "auto", options: Options | None = None
 ) -> str:
     """Read the canonical answer off a model's text.
 
@@ -310,7 +315,8 @@ def extract_answer(
     >>> extract_answer("The Seven Dwarfs!", "text")
     '7 dwarfs'
     """
-    resolved = resolve_kind(kind, options)
+    opts = normalize_options(options)
+    resolved = resolve_kind(kind, opts)
     if not isinstance(text, str):
         raise ConfigError(
             f"answer text must be a str, got {type(text).__name__}",
@@ -318,8 +324,10 @@ def extract_answer(
             value=text,
             fix="pass the model's output text",
         )
+    if text.strip() == UNKNOWN or _REFUSAL.search(_answer_span(text)):
+        return UNKNOWN
     if resolved == "choice":
-        return _extract_choice(text, options)
+        return _extract_choice(text, opts)
     if resolved == "yes_no":
         return _extract_yes_no(text)
     if resolved == "number":
@@ -357,7 +365,7 @@ def answers_match(
     b: str,
     kind: AnswerKind | str = "auto",
     *,
-    options: Sequence[str] | None = None,
+    options: Options | None = None,
     rel_tol: float = 0.05,
 ) -> bool:
     """Whether two answers (model texts or canonical answers) say the same thing.
@@ -386,3 +394,56 @@ def answers_match(
     return canonical_match(
         extract_answer(a, kind, options), extract_answer(b, kind, options), rel_tol=rel_tol
     )
+
+
+def canonical_gold(gold: str, kind: AnswerKind | str = "auto", options: Options | None = None) -> str:
+    """The canonical form of a dataset's gold answer (``"C"``, ``"yes"``, ``"12%"``, ``"u.s."``).
+
+    Raises:
+        ConfigError: When the gold answer cannot be read in ``kind`` (e.g. a letter that is
+            not one of the options).
+
+    >>> canonical_gold("unknown", "text")
+    'unknown'
+    """
+    if not isinstance(gold, str) or not gold.strip():
+        raise ConfigError(
+            f"gold answer must be a non-empty string, got {gold!r}",
+            parameter="gold",
+            value=gold,
+            fix="pass the dataset's answer text",
+        )
+    opts = normalize_options(options)
+    resolved = resolve_kind(kind, opts)
+    if resolved == "text" or (resolved == "auto" and gold.strip().lower() == "unknown"):
+        out = _normalize_text(gold)
+    else:
+        out = extract_answer(gold, resolved, opts)
+    if out == UNKNOWN:
+        raise ConfigError(
+            f"gold answer {gold!r} cannot be read as a {resolved} answer",
+            parameter="gold",
+            value=gold,
+            fix="check the dataset's answer column and the answer kind",
+        )
+    return out
+
+
+def match_gold(
+    prediction: str,
+    gold: str,
+    kind: AnswerKind | str = "auto",
+    *,
+    options: Options | None = None,
+    rel_tol: float = 0.05,
+) -> bool:
+    """Score one model output against a dataset's gold answer.
+
+    >>> match_gold("The answer is (C).", "C", options=["x", "y", "z"])
+    True
+    """
+    want = canonical_gold(gold, kind, options)
+    got = extract_answer(prediction, kind, options)
+    if got == UNKNOWN:
+        return False
+    return got == want or canonical_match(got, want, rel_tol=rel_tol)
