@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from mai_graph import MAIContext, arun
+from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.render import common_prefix, render
 from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
-from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
+from mai_graph.testing import tiny_backends
 
 SHORT, COT = 8, 300
 LENGTHS = {"short": SHORT, "cot": COT, "s2": SHORT, "answer": SHORT}

@@ -16,8 +16,10 @@ import asyncio
 import statistics
 import time
 
+from langgraph.types import Overwrite
+
 from mai_graph import Generation, MAIContext, create_mai_graph
-from mai_graph.metrics import merge_metrics
+from mai_graph.nodes._common import RunScope
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.extract import extract
 from mai_graph.nodes.reason import reason
@@ -57,20 +59,25 @@ ROUTES = {
 
 async def plain(state, ctx, small, large):
     """The same nodes, called and merged by hand."""
+    scope = RunScope.offline(ctx)
 
     def merge(state, update):
-        metrics = merge_metrics(state.get("metrics"), update.pop("metrics", None))
+        new = update.pop("metrics", [])
+        if isinstance(new, Overwrite):
+            metrics = list(new.value)
+        else:
+            metrics = [*(state.get("metrics") or ()), *new]
         return {**state, **update, "metrics": metrics}
 
-    state = merge(state, await verify(state, ctx, small, large))
+    state = merge(state, await verify(state, scope, small, large))
     if state.get("route"):
         return state
-    state = merge(state, await reason(state, ctx, small, large))
-    state = merge(state, await extract(state, ctx, small, large))
+    state = merge(state, await reason(state, scope, small, large))
+    state = merge(state, await extract(state, scope, small, large))
     if state.get("route"):
         return state
     state = merge(state, await sparsify(state, ctx, SCORERS, False))
-    return merge(state, await answer(state, ctx, large))
+    return merge(state, await answer(state, scope, large))
 
 
 def floor_graph(route):

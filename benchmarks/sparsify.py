@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from mai_graph import GenerationRequest, MAIContext
+from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.context import SparsifyStrategy
 from mai_graph.demo import DEMO_OPTIONS, demo_image
 from mai_graph.images import image_ref
@@ -27,7 +28,7 @@ from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
 from mai_graph.nodes.verify import verify
 from mai_graph.scoring import AttentionScorer, default_scorers
-from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
+from mai_graph.testing import tiny_backends
 
 QUESTIONS = [
     "Which colour is the large square in the centre of the picture?",

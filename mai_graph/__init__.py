@@ -7,13 +7,14 @@ its most important tokens, and the large model reads it in prefill and answers s
 
 from mai_graph.answers import UNKNOWN, AnswerKind, answers_match, extract_answer
 from mai_graph.api import MAIResult, arun, run
-from mai_graph.backends.base import Generation, GenerationRequest, Message, VLMBackend
+from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
 from mai_graph.context import MAIContext, Policy, SparsifyStrategy
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
 from mai_graph.langchain import MAIChatModel, create_mai_chat_graph
+from mai_graph.messages import Message
 from mai_graph.state import InputState, MAIState, NodeMetrics, OutputState, Route
 
 __all__ = [

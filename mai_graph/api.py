@@ -4,44 +4,17 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend, check_backend
 from mai_graph.context import MAIContext
 from mai_graph.graph import create_mai_graph
 from mai_graph.loop import run_sync
-from mai_graph.metrics import totals
-from mai_graph.state import InputState, NodeMetrics, Sparsification
+from mai_graph.result import MAIResult
+from mai_graph.state import InputState
 
 __all__ = ["MAIResult", "arun", "run"]
-
-
-@dataclass(frozen=True)
-class MAIResult:
-    """The outcome of one MAI run."""
-
-    answer: str
-    """The final answer text, as the answering model wrote it."""
-    canonical: str
-    """Its canonical form (option letter, yes/no, number, normalized text, or ``unknown``)."""
-    route: str
-    """How the run ended; see :data:`mai_graph.state.Route`."""
-    metrics: list[NodeMetrics]
-    """One record per model call, in call order."""
-    wall_s: float
-    """Wall time of the whole run, orchestration included."""
-    small_answer: str | None = None
-    large_answer: str | None = None
-    s2_answer: str | None = None
-    sparsification: Sparsification | None = None
-    totals: dict[str, float] = field(default_factory=dict)
-    """Sums over ``metrics``: calls, prompt / cached / generated tokens, model seconds."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
 
 
 _GRAPHS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, Any]] = (
@@ -61,11 +34,9 @@ def _compiled(small: VLMBackend, large: VLMBackend) -> Any:
         return create_mai_graph(small, large).compile(name="mai")
 
 
-def _inputs(question: str, image: Any, options: Sequence[str] | None) -> InputState:
+def _inputs(question: str, image: Any, options: Options | None) -> InputState:
     # Every input key is written, None included: on a reused thread nothing is inherited.
-    return InputState(
-        question=question, image=image, options=list(options) if options is not None else None
-    )
+    return InputState(question=question, image=image, options=normalize_options(options))
 
 
 async def arun(
@@ -74,7 +45,7 @@ async def arun(
     *,
     small: VLMBackend,
     large: VLMBackend,
-    options: Sequence[str] | None = None,
+    options: Options | None = None,
     context: MAIContext | dict[str, Any] | None = None,
     **settings: Any,
 ) -> MAIResult:
@@ -85,7 +56,8 @@ async def arun(
         image: A path, data URL, bytes, PIL image or :class:`~mai_graph.images.ImageRef`.
         small: The small model's backend.
         large: The large model's backend.
-        options: Multiple-choice option texts (letters A, B, ... are added).
+        options: Multiple-choice options: a mapping letter → text (``{"A": "cat", "B":
+            "dog"}``), or a list of texts lettered A, B, ... in order.
         context: A :class:`MAIContext` or a dict of its fields.
         **settings: Context fields given directly (``policy="large"``, ``keep_ratio=0.3``);
             they override ``context``.
@@ -97,10 +69,10 @@ async def arun(
     check_backend(large, "large")
     ctx = MAIContext.coerce(context)
     if settings:
-        ctx = MAIContext.coerce({**asdict(ctx), **settings})
+        ctx = ctx.replace(**settings)
     start = time.perf_counter()
     out = await _compiled(small, large).ainvoke(_inputs(question, image, options), context=ctx)
-    return _result(out, time.perf_counter() - start)
+    return MAIResult.from_output(out, time.perf_counter() - start)
 
 
 def run(
@@ -109,7 +81,7 @@ def run(
     *,
     small: VLMBackend,
     large: VLMBackend,
-    options: Sequence[str] | None = None,
+    options: Options | None = None,
     context: MAIContext | dict[str, Any] | None = None,
     **settings: Any,
 ) -> MAIResult:
@@ -128,19 +100,3 @@ def run(
             **settings,
         )
     )  # fmt: skip
-
-
-def _result(out: dict[str, Any], wall_s: float) -> MAIResult:
-    metrics = list(out.get("metrics") or [])
-    return MAIResult(
-        answer=out["answer"],
-        canonical=out["canonical"],
-        route=out["route"],
-        metrics=metrics,
-        wall_s=wall_s,
-        small_answer=out.get("small_answer"),
-        large_answer=out.get("large_answer"),
-        s2_answer=out.get("s2_answer"),
-        sparsification=out.get("sparsification"),
-        totals=totals(metrics),
-    )

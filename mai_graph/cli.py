@@ -9,9 +9,9 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
+from mai_graph.backends.select import BACKENDS
 from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
@@ -59,7 +59,7 @@ def _context(args: argparse.Namespace) -> MAIContext:
         "keep_ratio": args.keep_ratio,
         "cot_max_tokens": args.cot_max_tokens,
     }
-    known = {f.name for f in fields(MAIContext)}
+    known = set(MAIContext.model_fields)
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or key not in known:
@@ -70,7 +70,7 @@ def _context(args: argparse.Namespace) -> MAIContext:
                 fix=f"use one of {sorted(known)}",
             )
         values[key] = _parse_value(raw)
-    return MAIContext.coerce(values)
+    return MAIContext(**values)
 
 
 def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -79,54 +79,9 @@ def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
     return backends_for(args.backend, args.small, args.large, urls=(args.small_url, args.large_url))
 
 
-def _fmt_ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}"
-
-
-def format_calls(metrics: Sequence[dict[str, Any]]) -> str:
-    """A table of per-call metrics."""
-    head = f"  {'node':<8} {'role':<6} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} {'ttft':>6}"
-    rows = [head]
-    for m in metrics:
-        cached = "-" if m["cached_tokens"] is None else str(m["cached_tokens"])
-        rows.append(
-            f"  {m['node']:<8} {m['role']:<6} {m['prompt_tokens']:>7} {cached:>7} "
-            f"{m['generated_tokens']:>5} {_fmt_ms(m['latency_s']):>7} {_fmt_ms(m['ttft_s']):>6}"
-        )
-    return "\n".join(rows)
-
-
-def format_result(result: Any) -> str:
-    """Human-readable summary of a :class:`~mai_graph.api.MAIResult`."""
-    lines = [
-        f"route:     {result.route}",
-        f"answer:    {result.answer!r} (canonical: {result.canonical})",
-    ]
-    for label, value in (
-        ("small", result.small_answer),
-        ("large", result.large_answer),
-        ("s2", result.s2_answer),
-    ):
-        if value is not None:
-            lines.append(f"{label + ':':<10} {value!r}")
-    if result.sparsification:
-        s = result.sparsification
-        lines.append(
-            f"sparsify:  {s['strategy']} kept {s['tokens_out']}/{s['tokens_in']} tokens, "
-            f"dropped mass {s['dropped_mass']:.2f}"
-        )
-    lines.append(format_calls(result.metrics))
-    t = result.totals
-    lines.append(
-        f"total:     {result.wall_s * 1000:.0f} ms wall, {t['calls']} calls, "
-        f"{t['prompt_tokens']} prompt ({t['cached_tokens']} cached), "
-        f"{t['generated_tokens']} generated tokens"
-    )
-    return "\n".join(lines)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from mai_graph.api import arun
+    from mai_graph.backends.lifecycle import shutdown_backends
 
     ctx = _context(args)
     small, large = _backends(args)
@@ -138,13 +93,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 options=args.option or None, context=ctx,
             )  # fmt: skip
         finally:
-            for backend in (small, large):
-                shutdown = getattr(backend, "shutdown", None)
-                if shutdown is not None:
-                    shutdown()
+            shutdown_backends(small, large)
 
     result = asyncio.run(go())
-    print(json.dumps(result.to_dict(), indent=1) if args.json else format_result(result))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.format())
     return EXIT_OK
 
 
@@ -197,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--backend",
         default="fake",
-        choices=["fake", "vllm", "transformers", "openai"],
+        choices=list(BACKENDS),
         help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
         "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
         "(vllm serve; --small/--large are the served model names)",

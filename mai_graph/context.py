@@ -1,15 +1,21 @@
-"""Per-run settings: the graph's ``context_schema``, validated once per run."""
+"""Per-run settings: the graph's ``context_schema``, declared once and validated by pydantic.
+
+:class:`MAIContext` is a pydantic model, so one declaration gives Studio's settings form its
+descriptions, bounds and enums (the JSON schema ``langgraph dev`` publishes), refuses unknown
+keys (typos), and validates every value, raising :class:`~mai_graph.errors.ConfigError`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mai_graph.answers import AnswerKind
 from mai_graph.errors import ConfigError
 
-__all__ = ["MAIContext", "Policy", "SparsifyStrategy"]
+__all__ = ["Gate", "MAIContext", "Policy", "SparsifyStrategy", "mai_settings"]
 
 Policy = Literal["mai", "small", "large", "small_cot", "large_cot"]
 """Which route the graph takes.
@@ -34,73 +40,85 @@ SparsifyStrategy = Literal["surprisal", "attention", "relevance", "none"]
 Digits, option letters and negations are kept by every strategy unless ``force_keep`` is off.
 """
 
+Gate = Literal["agree", "agree_confident", "never"]
+"""When verification (and the S2 turn) may end a run early.
 
-def _choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(
-            f"{name} must be one of {list(allowed)}, got {value!r}",
-            parameter=name,
-            value=value,
-            fix=f"set {name} to one of the listed values",
-        )
-
-
-def _int_range(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(
-            f"{name} must be an integer in [{lo}, {hi}], got {value!r}",
-            parameter=name,
-            value=value,
-            fix=f"set {name} between {lo} and {hi}",
-        )
+- ``agree``: the two answers agree (the paper's rule).
+- ``agree_confident``: they agree *and* each model's probability for its own answer is at least
+  ``gate_min_prob`` (probabilities from the short answers' token logprobs).
+- ``never``: no early exit; every run reasons and transfers (an ablation, and how evaluation
+  records every branch of a sample for offline calibration).
+"""
 
 
-@dataclass(frozen=True, kw_only=True)
-class MAIContext:
+class MAIContext(BaseModel):
     """Settings of one MAI run (pass as ``context=`` to ``invoke`` / ``run``).
 
-    Every field is validated when the object is built; unknown keys in a dict are refused.
+    Every field is validated when the object is built; unknown keys are refused. A graph used
+    as a subgraph of an app with its own context schema reads these settings from the parent
+    context's ``mai`` field (a ``MAIContext`` or a dict of its fields); see :func:`mai_settings`.
+
+    Example:
+        >>> MAIContext(keep_ratio=0.3).keep_ratio
+        0.3
+        >>> MAIContext(kep_ratio=0.3)
+        Traceback (most recent call last):
+        ...
+        mai_graph.errors.ConfigError: unknown context settings ['kep_ratio']; ...
     """
 
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+    )
+
     policy: Policy = "mai"
-    """Route policy; see :data:`Policy`."""
+    """Route policy: mai, or a baseline (small, large, small_cot, large_cot)."""
     answer_kind: AnswerKind = "auto"
-    """How answers are read and compared; see :data:`mai_graph.answers.AnswerKind`."""
-    rel_tol: float = 0.05
-    """Relative tolerance when comparing numeric answers."""
-    short_max_tokens: int = 16
-    """Budget of the short answers (verify, answer)."""
-    cot_max_tokens: int = 512
-    """Budget of the small model's chain of thought."""
-    cot_min_tokens: int = 0
+    """How answers are read and compared: auto, choice, yes_no, number or text."""
+    rel_tol: float = Field(0.05, ge=0, lt=1)
+    """Relative tolerance when comparing numeric answers (0.05 = 5%)."""
+    gate: Gate = "agree"
+    """Early-exit rule: agree (the paper's), agree_confident (agree and both answer
+    probabilities >= gate_min_prob), or never (always reason and transfer)."""
+    gate_min_prob: float = Field(0.5, ge=0, le=1)
+    """agree_confident: the least probability each model must give its own short answer."""
+    large_confident_exit: float | None = Field(None, gt=0, le=1)
+    """On disagreement, end with the large model's short answer when its probability is at
+    least this (off when unset; a departure from the paper)."""
+    short_max_tokens: int = Field(16, ge=1, le=4096)
+    """Token budget of the short answers (verify, answer)."""
+    cot_max_tokens: int = Field(512, ge=1, le=131072)
+    """Token budget of the small model's chain of thought."""
+    cot_min_tokens: int = Field(0, ge=0, le=131072)
     """Force at least this many reasoning tokens (benchmarks, tests)."""
-    s2_max_tokens: int = 16
-    """Budget of the S2 answer-extraction turn."""
+    s2_max_tokens: int = Field(16, ge=1, le=4096)
+    """Token budget of the S2 answer-extraction turn."""
     s2_exit: bool = True
     """End the run when the S2 answer agrees with the large model's short answer."""
     speculative_cot: bool = False
     """Start the small model's reasoning while verification runs: a disagreement then finds it
-    under way (saving the verify latency), an agreement cancels it (aborted in the engine; the
-    small model wasted some decode steps, batched with the short answers)."""
+    under way (saving the verify latency), an agreement cancels it (aborted in the engine)."""
     sparsify: SparsifyStrategy = "surprisal"
-    """Sparsification strategy; see :data:`SparsifyStrategy`."""
-    keep_ratio: float = 0.2
+    """Sparsification strategy: surprisal, attention, relevance or none."""
+    keep_ratio: float = Field(0.2, gt=0, le=1)
     """Share of reasoning tokens the large model reads, in (0, 1]."""
-    keep_mass: float | None = None
+    keep_mass: float | None = Field(None, gt=0, le=1)
     """Instead of a ratio, keep the fewest top tokens covering this share of the importance
     mass, in (0, 1]."""
     whole_words: bool = True
     """Keep or drop whole words rather than sub-word pieces."""
     force_keep: bool = True
     """Always keep digits, option letters and negations."""
-    max_transfer_tokens: int = 2048
+    max_transfer_tokens: int = Field(2048, ge=1, le=131072)
     """Upper bound on transferred tokens, whatever the ratio (guards the large model's context)."""
     constrain_choices: bool = True
     """For multiple choice, constrain short answers to the option letters (where supported)."""
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0, le=5)
     """Sampling temperature of every call (0 = greedy)."""
     seed: int | None = None
     """Sampling seed, for reproducible runs at temperature > 0."""
+    review: bool = False
+    """Pause after verification for a human decision (graphs built with a review node)."""
     system_prompt: str | None = None
     """Override of the system prompt (keep it identical across runs for prefix caching)."""
     short_instruction: str | None = None
@@ -112,88 +130,133 @@ class MAIContext:
     transfer_preamble: str | None = None
     """Override of the text that introduces the transferred reasoning to the large model."""
 
-    def __post_init__(self) -> None:
-        _choice("policy", self.policy, get_args(Policy))
-        _choice("answer_kind", self.answer_kind, get_args(AnswerKind))
-        _choice("sparsify", self.sparsify, get_args(SparsifyStrategy))
-        if not isinstance(self.rel_tol, int | float) or not 0 <= self.rel_tol < 1:
-            raise ConfigError(
-                f"rel_tol must be in [0, 1), got {self.rel_tol!r}",
-                parameter="rel_tol",
-                value=self.rel_tol,
-                fix="use a fraction such as 0.05 for 5%",
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    @model_validator(mode="after")
+    def _min_within_budget(self) -> MAIContext:
+        if self.cot_min_tokens > self.cot_max_tokens:
+            raise ValueError(
+                f"cot_min_tokens ({self.cot_min_tokens}) exceeds cot_max_tokens "
+                f"({self.cot_max_tokens})"
             )
-        if (
-            not isinstance(self.keep_ratio, int | float)
-            or isinstance(self.keep_ratio, bool)
-            or not 0 < self.keep_ratio <= 1
-        ):
-            raise ConfigError(
-                f"keep_ratio must be in (0, 1], got {self.keep_ratio!r}",
-                parameter="keep_ratio",
-                value=self.keep_ratio,
-                fix="use e.g. 0.2 to keep 20% of the reasoning tokens",
-            )
-        if self.keep_mass is not None and (
-            not isinstance(self.keep_mass, int | float) or not 0 < self.keep_mass <= 1
-        ):
-            raise ConfigError(
-                f"keep_mass must be in (0, 1] or None, got {self.keep_mass!r}",
-                parameter="keep_mass",
-                value=self.keep_mass,
-                fix="use e.g. 0.8 to keep the tokens holding 80% of the importance",
-            )
-        _int_range("max_transfer_tokens", self.max_transfer_tokens, 1, 131072)
-        _int_range("short_max_tokens", self.short_max_tokens, 1, 4096)
-        _int_range("cot_max_tokens", self.cot_max_tokens, 1, 131072)
-        _int_range("cot_min_tokens", self.cot_min_tokens, 0, self.cot_max_tokens)
-        _int_range("s2_max_tokens", self.s2_max_tokens, 1, 4096)
-        if not isinstance(self.temperature, int | float) or not 0 <= self.temperature <= 5:
-            raise ConfigError(
-                f"temperature must be in [0, 5], got {self.temperature!r}",
-                parameter="temperature",
-                value=self.temperature,
-                fix="use 0 for greedy decoding",
-            )
-        for name in (
-            "s2_exit",
-            "speculative_cot",
-            "constrain_choices",
-            "whole_words",
-            "force_keep",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"{name} must be true or false, got {getattr(self, name)!r}",
-                    parameter=name,
-                    value=getattr(self, name),
-                    fix=f"set {name} to a boolean",
-                )
+        return self
+
+    def replace(self, **changes: Any) -> MAIContext:
+        """A validated copy with some fields changed."""
+        return MAIContext(**{**self.model_dump(), **changes})
 
     @classmethod
-    def coerce(cls, value: MAIContext | dict[str, Any] | None) -> MAIContext:
-        """Build a context from ``None``, a dict of fields, or a context (returned as is)."""
+    def coerce(cls, value: Any) -> MAIContext:
+        """Build a context from ``None``, a mapping of fields, or a context (returned as is)."""
         if value is None:
             return _DEFAULT
         if isinstance(value, MAIContext):
             return value
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"context must be a MAIContext or a dict, got {type(value).__name__}",
-                parameter="context",
-                value=value,
-                fix="pass MAIContext(...) or a dict of its fields",
-            )
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown context settings {unknown}; known: {sorted(known)}",
-                parameter="context",
-                value=unknown,
-                fix="check the spelling against MAIContext's fields",
-            )
-        return cls(**value)
+        if isinstance(value, Mapping):
+            return cls(**dict(value))
+        raise ConfigError(
+            f"context must be a MAIContext or a dict of its fields, got {type(value).__name__}",
+            parameter="context",
+            value=value,
+            fix="pass MAIContext(...) or a dict of its fields",
+        )
+
+
+def mai_settings(context: Any) -> MAIContext:
+    """The MAI settings of a run, whatever context the graph runs under.
+
+    ``None`` gives the defaults; a :class:`MAIContext` is used as is; a mapping is read as MAI
+    settings, unless it has a ``mai`` key (then that is). Any other object is a parent app's
+    context: its ``mai`` attribute holds the settings if it has one, else the defaults apply.
+
+    >>> mai_settings({"mai": {"keep_ratio": 0.5}}).keep_ratio
+    0.5
+    """
+    if context is None or isinstance(context, MAIContext):
+        return MAIContext.coerce(context)
+    if isinstance(context, Mapping):
+        return MAIContext.coerce(context.get("mai", context))
+    return MAIContext.coerce(getattr(context, "mai", None))
+
+
+_BOUNDS = {
+    "greater_than": "> {gt}",
+    "greater_than_equal": ">= {ge}",
+    "less_than": "< {lt}",
+    "less_than_equal": "<= {le}",
+}
+
+
+def _range(name: str) -> str:
+    """The field's allowed range, e.g. ``(0, 1]``, from its declared bounds."""
+    lo, hi, lo_open, hi_open = None, None, False, False
+    for meta in MAIContext.model_fields[name].metadata:
+        for attr, is_lo, is_open in (("gt", 1, 1), ("ge", 1, 0), ("lt", 0, 1), ("le", 0, 0)):
+            bound = getattr(meta, attr, None)
+            if bound is None:
+                continue
+            if is_lo:
+                lo, lo_open = bound, bool(is_open)
+            else:
+                hi, hi_open = bound, bool(is_open)
+    left = f"{'(' if lo_open else '['}{lo}" if lo is not None else "(-inf"
+    right = f"{hi}{')' if hi_open else ']'}" if hi is not None else "inf)"
+    return f"{left}, {right}"
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """One clear ConfigError for the first problem pydantic found."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err["loc"]]
+    name = loc[0] if loc else "context"
+    value = err.get("input")
+    known = sorted(MAIContext.model_fields)
+    if err["type"] == "extra_forbidden":
+        unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+        return ConfigError(
+            f"unknown context settings {unknown}; known: {known}",
+            parameter=unknown[0],
+            value=unknown,
+            fix="check the spelling against MAIContext's fields",
+        )
+    if name not in MAIContext.model_fields:  # a cross-field rule
+        return ConfigError(
+            str(err["msg"]).removeprefix("Value error, "),
+            parameter="cot_min_tokens",
+            value=value,
+            fix="raise cot_max_tokens or lower cot_min_tokens",
+        )
+    field = MAIContext.model_fields[name]
+    annotation = str(field.annotation)
+    allowed = _literal_values(field.annotation)
+    if allowed:
+        message = f"{name} must be one of {allowed}, got {value!r}"
+        fix = f"set {name} to one of the listed values"
+    elif field.annotation is bool:
+        message = f"{name} must be true or false, got {value!r}"
+        fix = f"set {name} to a boolean"
+    elif "int" in annotation:
+        within = f" in {_range(name)}" if field.metadata else ""
+        message = f"{name} must be an integer{within}, got {value!r}"
+        fix = f"set {name} to a whole number within the range"
+    elif "float" in annotation:
+        message = f"{name} must be in {_range(name)}, got {value!r}"
+        fix = f"set {name} to a number in {_range(name)}"
+    else:
+        message = f"{name}: {err['msg']}, got {value!r}"
+        fix = f"see MAIContext.{name}: {field.description or ''}"
+    return ConfigError(message, parameter=name, value=value, fix=fix)
+
+
+def _literal_values(annotation: Any) -> list[Any]:
+    """The allowed values of a ``Literal`` (or optional ``Literal``) annotation, else []."""
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return [v for arg in get_args(annotation) for v in _literal_values(arg)]
 
 
 _DEFAULT = MAIContext()

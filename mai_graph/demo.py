@@ -87,8 +87,8 @@ def run_demo(
     *, root: str | None = None, backend: str = "vllm", cot_tokens: int = 300, as_json: bool = False
 ) -> int:
     """Build the tiny pair, start both engines, run each route and print what happened."""
-    from mai_graph.cli import format_result
-    from mai_graph.testing import shutdown_backends, start_backends, tiny_backends, tiny_pair_paths
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+    from mai_graph.testing import tiny_backends, tiny_pair_paths
 
     say = (lambda *_: None) if as_json else print
     small, large = tiny_backends(backend, root)
@@ -114,7 +114,7 @@ def run_demo(
     baseline = results[-1].wall_s
     for scenario, result in zip(SCENARIOS, results):
         print(f"\n=== {scenario.route} " + "=" * (60 - len(scenario.route)))
-        print(format_result(result))
+        print(result.format())
     print("\nsummary (speedup over the large model reasoning itself, large_cot):")
     for result in results:
         print(

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy
 
 from mai_graph.backends.base import VLMBackend, check_backend
-from mai_graph.context import MAIContext, SparsifyStrategy
+from mai_graph.context import MAIContext, SparsifyStrategy, mai_settings
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.nodes.answer import make_answer
 from mai_graph.nodes.extract import make_extract
 from mai_graph.nodes.reason import make_reason
-from mai_graph.nodes.review import review_node
+from mai_graph.nodes.review import make_review
 from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
 from mai_graph.scoring import TokenScorer, default_scorers
@@ -38,6 +39,17 @@ DEFAULT_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, retry_on=is_tr
 def route_after_verify(state: MAIState) -> Literal["done", "disagree"]:
     """``done`` when verify set a route (agreement or a short baseline), else reason."""
     return "done" if state.get("route") else "disagree"
+
+
+def _route_with_review(always: bool) -> Any:
+    """Verify's router: to ``review`` when the graph or the run asks for it, else as routed."""
+
+    def route(state: MAIState, runtime: Runtime[Any]) -> Literal["review", "done", "disagree"]:
+        if always or mai_settings(runtime.context).review:
+            return "review"
+        return route_after_verify(state)
+
+    return route
 
 
 def route_after_extract(state: MAIState) -> Literal["done", "transfer"]:
@@ -71,10 +83,10 @@ def create_mai_graph(
         scorers: Token scorers by strategy name, added to (or replacing) the defaults:
             ``surprisal`` and ``relevance``, plus ``attention`` when ``small`` is a
             ``TransformersBackend``. On vLLM, add ``{"attention": AttentionScorer(path)}``.
-        review: Add a ``review`` node after ``verify`` that pauses the run (LangGraph
-            ``interrupt``) for a human to accept the flow or give the answer. Needs a
-            checkpointer; resume with ``Command(resume="continue")`` or
-            ``Command(resume={"answer": ...})``.
+        review: Pause every run after ``verify`` (LangGraph ``interrupt``) for a human to
+            accept the flow or give the answer; a run can also ask for it with the
+            ``review`` setting of its context. Needs a checkpointer; resume with
+            ``Command(resume="continue")`` or ``Command(resume={"answer": ...})``.
 
     Returns:
         A ``StateGraph`` with ``context_schema=MAIContext``; compile it with your checkpointer.
@@ -121,15 +133,14 @@ def create_mai_graph(
             retry_policy=retry_policy if model_node else None,
             timeout=per_node.get(name),
         )
+    builder.add_node("review", make_review())
     builder.add_edge(START, "verify")
-    after_verify = "verify"
-    if review:
-        builder.add_node("review", review_node)
-        builder.add_edge("verify", "review")
-        after_verify = "review"
     builder.add_conditional_edges(
-        after_verify, route_after_verify, {"done": END, "disagree": "reason"}
+        "verify",
+        _route_with_review(review),
+        {"review": "review", "done": END, "disagree": "reason"},
     )
+    builder.add_conditional_edges("review", route_after_verify, {"done": END, "disagree": "reason"})
     builder.add_edge("reason", "extract")
     builder.add_conditional_edges(
         "extract", route_after_extract, {"done": END, "transfer": "sparsify"}

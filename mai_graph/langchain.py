@@ -25,13 +25,14 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import ConfigDict, PrivateAttr
 
+from mai_graph.answers import Options
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.graph import create_mai_graph
 from mai_graph.loop import shared_loop
-from mai_graph.metrics import totals
-from mai_graph.nodes._common import Node
+from mai_graph.nodes._common import Node, RunScope
+from mai_graph.result import totals
 from mai_graph.state import InputState
 
 __all__ = ["MAIChatModel", "create_mai_chat_graph", "messages_to_input", "result_message"]
@@ -67,7 +68,7 @@ def _image_source(part: Mapping[str, Any]) -> str:
 
 
 def messages_to_input(
-    messages: Sequence[BaseMessage], options: Sequence[str] | None = None
+    messages: Sequence[BaseMessage], options: Options | None = None
 ) -> InputState:
     """The MAI input from the last human message.
 
@@ -96,7 +97,7 @@ def messages_to_input(
     return InputState(
         question=" ".join(t.strip() for t in texts if t.strip()),
         image=image,
-        options=list(opts) if opts else None,
+        options=(dict(opts) if isinstance(opts, Mapping) else list(opts)) if opts else None,
     )
 
 
@@ -134,9 +135,9 @@ def create_mai_chat_graph(
     """
     mai = create_mai_graph(small, large, **graph_kwargs).compile(name="mai")
 
-    async def answer_messages(state: Any, ctx: MAIContext) -> dict[str, Any]:
+    async def answer_messages(state: Any, scope: RunScope) -> dict[str, Any]:
         start = time.perf_counter()
-        out = await mai.ainvoke(messages_to_input(state["messages"]), context=ctx)
+        out = await mai.ainvoke(messages_to_input(state["messages"]), context=scope.ctx)
         return {"messages": [result_message(out, time.perf_counter() - start)]}
 
     builder = StateGraph(MessagesState, context_schema=MAIContext)
@@ -166,8 +167,9 @@ class MAIChatModel(BaseChatModel):
     """The large model's backend."""
     context: dict[str, Any] | None = None
     """MAIContext fields for every call (per call: ``invoke(..., context={...})``)."""
-    options: list[str] | None = None
-    """Multiple-choice options for every call (or per message: ``additional_kwargs``)."""
+    options: dict[str, str] | list[str] | None = None
+    """Multiple-choice options (letter → text, or texts lettered A, B, ...) for every call
+    (or per message: ``additional_kwargs``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     _graph: Any = PrivateAttr(default=None)
@@ -202,7 +204,7 @@ class MAIChatModel(BaseChatModel):
                 value=stop,
                 fix="drop stop=...; MAI answers short by design",
             )
-        ctx = MAIContext.coerce({**(self.context or {}), **kwargs.pop("context", {})})
+        ctx = MAIContext(**{**(self.context or {}), **kwargs.pop("context", {})})
         return messages_to_input(messages, kwargs.pop("options", self.options)), ctx
 
     async def _agenerate(

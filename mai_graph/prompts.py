@@ -7,12 +7,12 @@ prompt is the chain-of-thought conversation with one more turn appended.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mai_graph.answers import AnswerKind
-from mai_graph.backends.base import Message, Part, TextPart
 from mai_graph.context import MAIContext
 from mai_graph.images import ImageRef
+from mai_graph.messages import Message, Part, TextPart
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -47,25 +47,26 @@ _FORMATS: dict[str, str] = {
 }
 
 
-def option_letters(options: Sequence[str] | None) -> tuple[str, ...]:
-    """Letters of the options, ``A`` first.
+def option_letters(options: Mapping[str, str] | Sequence[str] | None) -> tuple[str, ...]:
+    """Letters of the options: a mapping's own keys, or ``A``, ``B``, ... for a list.
 
-    >>> option_letters(["cat", "dog"])
-    ('A', 'B')
+    >>> option_letters(["cat", "dog"]), option_letters({"B": "cat", "C": "dog"})
+    (('A', 'B'), ('B', 'C'))
     """
+    if isinstance(options, Mapping):
+        return tuple(options)
     return tuple(chr(ord("A") + i) for i in range(len(options or ())))
 
 
-def question_block(question: str, options: Sequence[str] | None) -> str:
-    r"""The question and its lettered options, ending in a newline.
+def question_block(question: str, options: Mapping[str, str] | None) -> str:
+    r"""The question and its lettered options (letter → text, in order), ending in a newline.
 
-    >>> question_block("Which pet?", ["cat", "dog"])
+    >>> question_block("Which pet?", {"A": "cat", "B": "dog"})
     'Question: Which pet?\nOptions:\nA. cat\nB. dog\n'
     """
     text = f"Question: {question.strip()}\n"
     if options:
-        lines = "".join(f"{letter}. {o}\n" for letter, o in zip(option_letters(options), options))
-        text += "Options:\n" + lines
+        text += "Options:\n" + "".join(f"{letter}. {o}\n" for letter, o in options.items())
     return text
 
 
@@ -74,7 +75,9 @@ def short_instruction(ctx: MAIContext, kind: AnswerKind) -> str:
     return ctx.short_instruction or _FORMATS[kind]
 
 
-def _head(ctx: MAIContext, image: ImageRef | None, question: str, options: Sequence[str] | None):
+def _head(
+    ctx: MAIContext, image: ImageRef | None, question: str, options: Mapping[str, str] | None
+) -> tuple[Message, list[Part]]:
     system: Message = {
         "role": "system",
         "content": [{"type": "text", "text": ctx.system_prompt or SYSTEM_PROMPT}],
@@ -90,7 +93,7 @@ def short_messages(
     ctx: MAIContext,
     image: ImageRef | None,
     question: str,
-    options: Sequence[str] | None,
+    options: Mapping[str, str] | None,
     kind: AnswerKind,
 ) -> tuple[Message, ...]:
     """Prompt for a short answer (mutual verification and baselines)."""
@@ -100,7 +103,7 @@ def short_messages(
 
 
 def cot_messages(
-    ctx: MAIContext, image: ImageRef | None, question: str, options: Sequence[str] | None
+    ctx: MAIContext, image: ImageRef | None, question: str, options: Mapping[str, str] | None
 ) -> tuple[Message, ...]:
     """Prompt for the chain of thought."""
     system, parts = _head(ctx, image, question, options)
@@ -131,7 +134,7 @@ def transfer_messages(
     ctx: MAIContext,
     image: ImageRef | None,
     question: str,
-    options: Sequence[str] | None,
+    options: Mapping[str, str] | None,
     kind: AnswerKind,
     transfer: str,
     transfer_token_ids: Sequence[int] | None = None,

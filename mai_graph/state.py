@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NotRequired
+import operator
+from collections.abc import Mapping
+from typing import Annotated, Literal, NotRequired, get_type_hints
 
 from typing_extensions import TypedDict
 
 from mai_graph.images import ImageRef
-from mai_graph.metrics import merge_metrics
 
-__all__ = ["InputState", "MAIState", "NodeMetrics", "OutputState", "Route", "Sparsification"]
+__all__ = [
+    "InputState",
+    "MAIState",
+    "NodeMetrics",
+    "OutputState",
+    "Route",
+    "Sparsification",
+    "run_keys",
+]
 
 Route = Literal[
-    "agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot", "human"
+    "agree",
+    "extract_agree",
+    "large_confident",
+    "transfer",
+    "small",
+    "large",
+    "small_cot",
+    "large_cot",
+    "human",
 ]
 """How a run ended.
 
 - ``agree``: the small and large short answers matched (mutual verification).
 - ``extract_agree``: the small model's S2 answer matched the large short answer.
+- ``large_confident``: the answers differed but the large model was confident enough
+  (``MAIContext.large_confident_exit``).
 - ``transfer``: the large model answered after reading the small model's sparsified reasoning.
 - ``small`` / ``large``: baseline, one short answer from that model.
 - ``small_cot`` / ``large_cot``: baseline, that model reasoned and its S2 answer was taken.
@@ -41,6 +60,9 @@ class NodeMetrics(TypedDict):
     ttft_s: float | None
     """Time to first token, when the backend reports it."""
     finish_reason: str
+    answer_prob: float | None
+    """For answer calls (short, S2, transfer answer): the model's probability for the text it
+    answered, ``exp(sum(logprobs))``; None for reasoning or when the backend gives no logprobs."""
 
 
 class Sparsification(TypedDict):
@@ -65,8 +87,9 @@ class InputState(TypedDict):
     question: str
     image: NotRequired[ImageRef | str | None]
     """An :class:`ImageRef`, or a path / data URL that the first node turns into one."""
-    options: NotRequired[list[str] | None]
-    """Multiple-choice option texts, in letter order (A, B, ...)."""
+    options: NotRequired[Mapping[str, str] | list[str] | None]
+    """Multiple-choice options: a mapping letter → text (``{"A": "cat", "B": "dog"}``, letters
+    kept), or a list of texts lettered A, B, ... in order. The first node stores the mapping."""
 
 
 class OutputState(TypedDict):
@@ -80,6 +103,8 @@ class OutputState(TypedDict):
     metrics: list[NodeMetrics]
     small_answer: NotRequired[str]
     large_answer: NotRequired[str]
+    small_prob: NotRequired[float | None]
+    large_prob: NotRequired[float | None]
     s2_answer: NotRequired[str]
     sparsification: NotRequired[Sparsification]
 
@@ -93,6 +118,10 @@ class MAIState(InputState):
     large_answer: NotRequired[str]
     """Large model's short answer (verify)."""
     large_canonical: NotRequired[str]
+    small_prob: NotRequired[float | None]
+    """Small model's probability for its short answer (None without logprobs)."""
+    large_prob: NotRequired[float | None]
+    """Large model's probability for its short answer (None without logprobs)."""
     reasoning: NotRequired[str]
     """Chain of thought (reason)."""
     reasoning_token_ids: NotRequired[list[int]]
@@ -102,6 +131,7 @@ class MAIState(InputState):
     s2_answer: NotRequired[str]
     """Answer extracted in a second turn over the cached reasoning (extract)."""
     s2_canonical: NotRequired[str]
+    s2_prob: NotRequired[float | None]
     transfer: NotRequired[str]
     """The sparsified reasoning the large model reads (sparsify)."""
     transfer_token_ids: NotRequired[list[int] | None]
@@ -110,5 +140,15 @@ class MAIState(InputState):
     answer: NotRequired[str]
     canonical: NotRequired[str]
     route: NotRequired[Route]
-    metrics: Annotated[list[NodeMetrics], merge_metrics]
-    """One record per model call of this run."""
+    metrics: Annotated[list[NodeMetrics], operator.add]
+    """One record per model call of this run (the first node starts the list anew with
+    LangGraph's ``Overwrite``, so a reused thread never mixes runs)."""
+
+
+def run_keys() -> tuple[str, ...]:
+    """The keys a run fills: every state key that is neither an input nor the metrics list.
+
+    The first node clears those a previous run on the same thread left behind.
+    """
+    inputs = set(get_type_hints(InputState))
+    return tuple(k for k in get_type_hints(MAIState) if k not in inputs and k != "metrics")

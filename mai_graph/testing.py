@@ -26,8 +26,6 @@ __all__ = [
     "build_tiny_pair",
     "count_parameters",
     "default_tiny_dir",
-    "shutdown_backends",
-    "start_backends",
     "tiny_backends",
     "tiny_pair_paths",
 ]
@@ -301,19 +299,3 @@ def tiny_backends(
     small, large = backends_for(kind, str(small_dir), str(large_dir))
     small.name, large.name = "tiny-small", "tiny-large"
     return small, large
-
-
-async def start_backends(*backends: Any) -> None:
-    """Start (and warm up) engines one after the other; backends without engines are skipped."""
-    for backend in backends:
-        start = getattr(backend, "start", None)
-        if start is not None:
-            await start()
-
-
-def shutdown_backends(*backends: Any) -> None:
-    """Shut engines down (backends without engines are skipped)."""
-    for backend in backends:
-        stop = getattr(backend, "shutdown", None)
-        if stop is not None:
-            stop()

@@ -1,7 +1,8 @@
-"""What every node shares: the prepared question, metrics records, the context."""
+"""What every node shares: the node runnable, model calls with their metrics records."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -9,66 +10,51 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 
-from mai_graph.answers import AnswerKind, resolve_kind
-from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
-from mai_graph.context import MAIContext
-from mai_graph.errors import ConfigError
-from mai_graph.images import ImageRef, image_ref
+from mai_graph.backends.base import Generation, GenerationRequest, StreamingBackend, VLMBackend
+from mai_graph.context import MAIContext, mai_settings
 from mai_graph.loop import run_sync
-from mai_graph.prompts import cot_messages, option_letters
 from mai_graph.state import MAIState, NodeMetrics
 
-MAX_OPTIONS = 26
+Update = dict[str, Any]
+Writer = Callable[[Any], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Question:
-    """The validated inputs of a run, as every node reads them."""
+class RunScope:
+    """What a node core gets from LangGraph's runtime: the run's settings and stream writer.
 
-    text: str
-    image: ImageRef | None
-    options: list[str] | None
-    kind: AnswerKind
+    ``ctx`` is the run's :class:`MAIContext`, taken from the runtime's context (a parent app's
+    context contributes its ``mai`` field; see :func:`~mai_graph.context.mai_settings`).
+    """
 
-    def choices(self, ctx: MAIContext) -> tuple[str, ...] | None:
-        """Constrained outputs for short answers: the option letters (multiple choice)."""
-        if self.kind == "choice" and self.options and ctx.constrain_choices:
-            return option_letters(self.options)
-        return None
+    ctx: MAIContext
+    write: Writer
 
+    @classmethod
+    def of(cls, runtime: Any) -> RunScope:
+        """The scope of a LangGraph ``Runtime``."""
+        return cls(mai_settings(runtime.context), runtime.stream_writer)
 
-Update = dict[str, Any]
-
-
-def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
-    """The chain-of-thought request (its generated logprobs come free and feed scorers)."""
-    return GenerationRequest(
-        messages=cot_messages(ctx, q.image, q.text, q.options),
-        max_tokens=ctx.cot_max_tokens,
-        min_tokens=ctx.cot_min_tokens,
-        temperature=ctx.temperature,
-        seed=ctx.seed,
-        logprobs=0,
-        purpose="cot",
-    )
+    @classmethod
+    def offline(cls, ctx: MAIContext | None = None) -> RunScope:
+        """A scope for calling a node core directly, outside a graph (events go nowhere)."""
+        return cls(ctx or MAIContext(), _discard)
 
 
-def current_context() -> MAIContext:
-    """The running graph's validated context (defaults when none was given)."""
-    return MAIContext.coerce(get_runtime().context)
+Core = Callable[[MAIState, RunScope], Coroutine[Any, Any, Update]]
 
 
 class Node(Runnable[MAIState, Update]):
-    """A graph node over an async core ``(state, ctx) -> update``.
+    """A graph node over an async core ``(state, scope) -> update``.
 
-    Awaited under ``ainvoke``; under sync ``invoke`` the core runs on mai-graph's background
-    loop, so engines stay on one loop either way. A bare Runnable (no callback or signature
-    machinery per call) keeps orchestration overhead low.
+    LangGraph hands every node the run's ``Runtime`` (context and stream writer); this runnable
+    reads it once per call and passes it to the core as a :class:`RunScope`. Awaited under
+    ``ainvoke``; under sync ``invoke`` the core runs on mai-graph's background loop, so engines
+    stay on one loop either way. A bare Runnable (no callback or signature machinery per call)
+    keeps orchestration overhead low.
     """
 
-    def __init__(
-        self, name: str, core: Callable[[MAIState, MAIContext], Coroutine[Any, Any, Update]]
-    ):
+    def __init__(self, name: str, core: Core) -> None:
         self.name = name
         self.core = core
 
@@ -76,61 +62,33 @@ class Node(Runnable[MAIState, Update]):
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Run the core to completion from sync code."""
-        return run_sync(self.core(input, current_context()))
+        return run_sync(self.core(input, RunScope.of(get_runtime())))
 
     async def ainvoke(
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Await the core."""
-        return await self.core(input, current_context())
-
-
-def question_of(state: MAIState, ctx: MAIContext) -> Question:
-    """Validate and normalize the run's inputs; turns a path / data URL into an ImageRef."""
-    text = state.get("question")
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError(
-            f"question must be a non-empty string, got {text!r}",
-            parameter="question",
-            value=text,
-            fix="pass the question text as input['question']",
-        )
-    options = state.get("options")
-    if options is not None:
-        if isinstance(options, str) or not all(isinstance(o, str) and o.strip() for o in options):
-            raise ConfigError(
-                f"options must be a list of non-empty strings, got {options!r}",
-                parameter="options",
-                value=options,
-                fix='pass e.g. ["a cat", "a dog"] (letters are added in order)',
-            )
-        if not 2 <= len(options) <= MAX_OPTIONS:
-            raise ConfigError(
-                f"need 2 to {MAX_OPTIONS} options, got {len(options)}",
-                parameter="options",
-                value=options,
-                fix="pass at least two options, or none for an open question",
-            )
-        options = list(options)
-    raw = state.get("image")
-    image = image_ref(raw) if raw is not None else None
-    return Question(text, image, options or None, resolve_kind(ctx.answer_kind, options))
-
-
-def _stream_writer() -> Callable[[Any], None]:
-    """The running graph's custom stream writer; a no-op outside a graph (direct core calls)."""
-    try:
-        return get_runtime().stream_writer
-    except RuntimeError:
-        return _discard
+        return await self.core(input, RunScope.of(get_runtime()))
 
 
 def _discard(_: Any) -> None:
     return None
 
 
+def answer_probability(gen: Generation) -> float | None:
+    """The model's probability for the text it generated: ``exp(sum(logprobs))``.
+
+    >>> answer_probability(Generation("B", "m", 3, 1, 0.1, logprobs=(-0.5,)))
+    0.6065306597126334
+    """
+    if gen.logprobs is None or not gen.logprobs:
+        return None
+    total = math.fsum(gen.logprobs)
+    return min(1.0, math.exp(total)) if math.isfinite(total) else 0.0
+
+
 async def call(
-    backend: VLMBackend, request: GenerationRequest, node: str, role: str
+    backend: VLMBackend, request: GenerationRequest, node: str, role: str, write: Writer
 ) -> tuple[Generation, NodeMetrics]:
     """One model call with its metrics record, both also streamed as custom events.
 
@@ -138,21 +96,19 @@ async def call(
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
     **record}`` when the call ends; otherwise the events go nowhere.
     """
-    writer = _stream_writer()
-    stream = getattr(backend, "generate_stream", None)
-    if stream is not None:
-        gen = await stream(
+    if isinstance(backend, StreamingBackend):
+        gen = await backend.generate_stream(
             request,
-            lambda text: writer({"event": "token", "node": node, "role": role, "text": text}),
+            lambda text: write({"event": "token", "node": node, "role": role, "text": text}),
         )
     else:
         gen = await backend.generate(request)
-    rec = record(node, role, gen)
-    writer({"event": "metrics", **rec})
+    rec = record(node, role, gen, answer_probability(gen) if request.purpose != "cot" else None)
+    write({"event": "metrics", **rec})
     return gen, rec
 
 
-def record(node: str, role: str, gen: Generation) -> NodeMetrics:
+def record(node: str, role: str, gen: Generation, answer_prob: float | None) -> NodeMetrics:
     """The metrics record of one model call."""
     return NodeMetrics(
         node=node,
@@ -164,4 +120,5 @@ def record(node: str, role: str, gen: Generation) -> NodeMetrics:
         latency_s=gen.latency_s,
         ttft_s=gen.ttft_s,
         finish_reason=gen.finish_reason,
+        answer_prob=answer_prob,
     )

@@ -5,38 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from mai_graph.answers import extract_answer
-from mai_graph.backends.base import GenerationRequest, VLMBackend
-from mai_graph.context import MAIContext
-from mai_graph.prompts import transfer_messages
+from mai_graph.backends.base import VLMBackend
+from mai_graph.requests import Question, answer_request
 from mai_graph.state import MAIState
 
-from ._common import Node, call, question_of
+from ._common import Node, RunScope, call
 
 
-async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[str, Any]:
+async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[str, Any]:
     """The large model's final short answer; its prompt shares the verify call's prefix."""
-    q = question_of(state, ctx)
-    gen, rec = await call(
-        large,
-        GenerationRequest(
-            messages=transfer_messages(
-                ctx,
-                q.image,
-                q.text,
-                q.options,
-                q.kind,
-                state.get("transfer") or "",
-                state.get("transfer_token_ids"),
-            ),
-            max_tokens=ctx.short_max_tokens,
-            choices=q.choices(ctx),
-            temperature=ctx.temperature,
-            seed=ctx.seed,
-            purpose="answer",
-        ),
-        "answer",
-        "large",
+    q = Question.from_state(state, scope.ctx)
+    request = answer_request(
+        q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
     )
+    gen, rec = await call(large, request, "answer", "large", scope.write)
     return {
         "answer": gen.text,
         "canonical": extract_answer(gen.text, q.kind, q.options),
@@ -47,4 +29,4 @@ async def answer(state: MAIState, ctx: MAIContext, large: VLMBackend) -> dict[st
 
 def make_answer(large: VLMBackend) -> Node:
     """The ``answer`` node with its backend bound."""
-    return Node("answer", lambda state, ctx: answer(state, ctx, large))
+    return Node("answer", lambda state, scope: answer(state, scope, large))

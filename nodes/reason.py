@@ -6,9 +6,10 @@ from typing import Any
 
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
+from mai_graph.requests import Question, cot_request
 from mai_graph.state import MAIState
 
-from ._common import Node, Question, call, cot_request, question_of
+from ._common import Node, RunScope, call
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -17,10 +18,10 @@ def reasoner(ctx: MAIContext) -> str:
 
 
 async def write_reasoning(
-    q: Question, ctx: MAIContext, backend: VLMBackend, role: str
+    q: Question, scope: RunScope, backend: VLMBackend, role: str
 ) -> dict[str, Any]:
     """One chain-of-thought call and the state it fills (also used by a speculative verify)."""
-    gen, rec = await call(backend, cot_request(q, ctx), "reason", role)
+    gen, rec = await call(backend, cot_request(q, scope.ctx), "reason", role, scope.write)
     return {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
@@ -31,7 +32,7 @@ async def write_reasoning(
 
 
 async def reason(
-    state: MAIState, ctx: MAIContext, small: VLMBackend, large: VLMBackend
+    state: MAIState, scope: RunScope, small: VLMBackend, large: VLMBackend
 ) -> dict[str, Any]:
     """Generate the chain of thought under the context's token budget.
 
@@ -39,12 +40,12 @@ async def reason(
     """
     if state.get("reasoning") is not None:
         return {}
-    role = reasoner(ctx)
+    role = reasoner(scope.ctx)
     return await write_reasoning(
-        question_of(state, ctx), ctx, large if role == "large" else small, role
+        Question.from_state(state, scope.ctx), scope, large if role == "large" else small, role
     )
 
 
 def make_reason(small: VLMBackend, large: VLMBackend) -> Node:
     """The ``reason`` node with its backends bound."""
-    return Node("reason", lambda state, ctx: reason(state, ctx, small, large))
+    return Node("reason", lambda state, scope: reason(state, scope, small, large))

@@ -7,41 +7,59 @@ from typing import Any
 from langgraph.types import interrupt
 
 from mai_graph.answers import extract_answer
-from mai_graph.errors import ConfigError
+from mai_graph.requests import Question
 from mai_graph.state import MAIState
 
-from ._common import current_context, question_of
+from ._common import Node, RunScope
+
+ALLOWED = ("continue", "answer")
+"""What a reviewer may do: ``continue`` (go on as routed) or ``answer`` (end with a text)."""
 
 
-def review_node(state: MAIState) -> dict[str, Any]:
+def _decision(value: Any) -> tuple[str, str | None] | None:
+    """Read a resume value: ``"continue"``, ``{"answer": "B"}`` or ``{"type": ..., ...}``."""
+    if value is None or value == "continue":
+        return "continue", None
+    if isinstance(value, dict):
+        kind = value.get("type", "answer" if "answer" in value else None)
+        if kind == "continue":
+            return "continue", None
+        text = value.get("answer", value.get("args"))
+        if kind == "answer" and isinstance(text, str) and text.strip():
+            return "answer", text
+    return None
+
+
+async def review(state: MAIState, scope: RunScope) -> dict[str, Any]:
     """Pause the run with the verification result; resume with a decision.
 
-    The interrupt's payload has ``question``, ``small_answer``, ``large_answer`` and ``agree``.
-    Resume with ``Command(resume="continue")`` to go on as routed, or with
-    ``Command(resume={"answer": "..."})`` to end the run with that answer (route ``human``).
+    The interrupt's payload shows ``question``, both short answers, whether they ``agree``,
+    the ``route`` verification chose, and ``allowed`` responses. Resume with
+    ``Command(resume="continue")`` (or ``{"type": "continue"}``) to go on as routed, or with
+    ``Command(resume={"answer": "..."})`` (or ``{"type": "answer", "args": "..."}``) to end
+    the run with that answer (route ``human``). A value of any other shape asks again, saying
+    what was wrong, so a mistyped resume never locks the thread.
     """
-    decision = interrupt(
-        {
-            "question": state.get("question"),
-            "small_answer": state.get("small_answer"),
-            "large_answer": state.get("large_answer"),
-            "agree": state.get("route") == "agree",
-        }
-    )
-    if decision in (None, "continue"):
+    payload: dict[str, Any] = {
+        "question": state.get("question"),
+        "small_answer": state.get("small_answer"),
+        "large_answer": state.get("large_answer"),
+        "agree": state.get("route") == "agree",
+        "route": state.get("route"),
+        "allowed": list(ALLOWED),
+        "description": 'Resume with "continue", or {"answer": "<the answer>"}.',
+    }
+    decision = _decision(interrupt(payload))
+    while decision is None:  # each further interrupt() in this node asks again
+        payload = {**payload, "error": "unrecognized resume value; see allowed"}
+        decision = _decision(interrupt(payload))
+    if decision[0] == "continue":
         return {}
-    if isinstance(decision, dict) and isinstance(decision.get("answer"), str):
-        ctx = current_context()
-        q = question_of(state, ctx)
-        text = decision["answer"]
-        return {
-            "answer": text,
-            "canonical": extract_answer(text, q.kind, q.options),
-            "route": "human",
-        }
-    raise ConfigError(
-        f"review decision must be 'continue' or {{'answer': str}}, got {decision!r}",
-        parameter="resume",
-        value=decision,
-        fix='resume with Command(resume={"answer": "B"}) or Command(resume="continue")',
-    )
+    text = decision[1] or ""
+    q = Question.from_state(state, scope.ctx)
+    return {"answer": text, "canonical": extract_answer(text, q.kind, q.options), "route": "human"}
+
+
+def make_review() -> Node:
+    """The ``review`` node."""
+    return Node("review", review)

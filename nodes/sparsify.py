@@ -6,19 +6,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from mai_graph.backends.base import VLMBackend
+from mai_graph.backends.base import VLMBackend, VocabularyBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
-from mai_graph.prompts import cot_messages, option_letters, s2_messages
+from mai_graph.requests import Question, s2_request
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.state import MAIState, Sparsification
 
-from ._common import Node, question_of
+from ._common import Node, RunScope
 
 
-def reasoning_input(state: MAIState, ctx: MAIContext) -> ReasoningInput:
+def reasoning_input(state: MAIState, q: Question, ctx: MAIContext) -> ReasoningInput:
     """The reasoning as scorers see it: pieces, ids, logprobs, question, the S2 prompt."""
-    q = question_of(state, ctx)
     text = state.get("reasoning") or ""
     pieces = state.get("reasoning_tokens")
     ids = state.get("reasoning_token_ids") or None
@@ -26,22 +25,26 @@ def reasoning_input(state: MAIState, ctx: MAIContext) -> ReasoningInput:
     if not pieces or (ids is not None and len(ids) != len(pieces)):
         pieces, ids = split_pieces(text), None
         logprobs = logprobs if logprobs is not None and len(logprobs) == len(pieces) else None
-    s2 = s2_messages(ctx, cot_messages(ctx, q.image, q.text, q.options), text, ids, q.kind)
     return ReasoningInput(
         tokens=tuple(pieces),
         token_ids=tuple(ids) if ids else None,
         logprobs=tuple(logprobs) if logprobs is not None else None,
         question=q.text,
-        options=tuple(q.options) if q.options else None,
-        s2_messages=s2,
+        options=tuple(q.options.values()) if q.options else None,
+        letters=tuple(q.options) if q.options else (),
+        s2_messages=s2_request(q, ctx, text, ids).messages,
     )
 
 
-def same_tokenizer(small: VLMBackend, large: VLMBackend) -> bool:
-    """Whether both backends report the same vocabulary fingerprint (then ids transfer as is)."""
-    a = getattr(small, "vocab_fingerprint", None)
-    b = getattr(large, "vocab_fingerprint", None)
-    return a is not None and a == b
+async def same_tokenizer(small: VLMBackend, large: VLMBackend) -> bool:
+    """Whether both backends declare the same vocabulary (then ids transfer as they are).
+
+    Asking may start an engine that has not started yet (e.g. a thread resumed in a fresh
+    process at this node).
+    """
+    if not (isinstance(small, VocabularyBackend) and isinstance(large, VocabularyBackend)):
+        return False
+    return await small.vocab_fingerprint() == await large.vocab_fingerprint()
 
 
 async def sparsify(
@@ -57,7 +60,7 @@ async def sparsify(
     ``none`` keeps everything. With ``share_ids`` the kept token ids travel to the large model
     as they are; otherwise their text does.
     """
-    reasoning = reasoning_input(state, ctx)
+    reasoning = reasoning_input(state, Question.from_state(state, ctx), ctx)
     tokens = reasoning.tokens
     live = [i for i, t in enumerate(tokens) if t]  # special tokens decode to "": never sent
     start = time.perf_counter()
@@ -83,7 +86,7 @@ async def sparsify(
             keep_mass=ctx.keep_mass,
             whole_words=ctx.whole_words,
             force_keep=ctx.force_keep,
-            letters=option_letters(reasoning.options),
+            letters=reasoning.letters,
             max_tokens=ctx.max_transfer_tokens,
         )
         kept, dropped = [live[i] for i in selection.kept], selection.dropped_mass
@@ -106,9 +109,12 @@ async def sparsify(
 
 
 def make_sparsify(small: VLMBackend, large: VLMBackend, scorers: Mapping[str, TokenScorer]) -> Node:
-    """The ``sparsify`` node with its scorers bound."""
+    """The ``sparsify`` node with its scorers bound (the tokenizer check runs once per graph)."""
+    shared: list[bool] = []
 
-    async def core(state: MAIState, ctx: MAIContext) -> dict[str, Any]:
-        return await sparsify(state, ctx, scorers, same_tokenizer(small, large))
+    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
+        if not shared:
+            shared.append(await same_tokenizer(small, large))
+        return await sparsify(state, scope.ctx, scorers, shared[0])
 
     return Node("sparsify", core)

@@ -6,71 +6,77 @@ import asyncio
 import contextlib
 from typing import Any
 
-from mai_graph.answers import canonical_match, extract_answer
-from mai_graph.backends.base import GenerationRequest, VLMBackend
-from mai_graph.context import MAIContext
-from mai_graph.metrics import RESET_METRICS
-from mai_graph.prompts import short_messages
-from mai_graph.state import MAIState
+from langgraph.types import Overwrite
 
-from ._common import Node, call, question_of
+from mai_graph.answers import extract_answer
+from mai_graph.backends.base import VLMBackend
+from mai_graph.gate import after_disagreement, agreement_exits
+from mai_graph.requests import Question, short_request
+from mai_graph.state import MAIState, run_keys
+
+from ._common import Node, RunScope, call
 from .reason import write_reasoning
 
-# Keys a run fills; cleared at the start so a reused thread never routes on the previous run.
-_RUN_KEYS = (
-    "small_answer", "small_canonical", "large_answer", "large_canonical", "reasoning",
-    "reasoning_token_ids", "reasoning_tokens", "reasoning_logprobs", "s2_answer",
-    "s2_canonical", "transfer", "transfer_token_ids",
-    "sparsification", "answer", "canonical", "route",
-)  # fmt: skip
+_RUN_KEYS = run_keys()
+
+
+async def read_question(state: MAIState, scope: RunScope) -> Question:
+    """Validate the run's inputs once; image files are read and decoded off the event loop."""
+    if state.get("image") is None:
+        return Question.from_input(state, scope.ctx)
+    return await asyncio.to_thread(Question.from_input, state, scope.ctx)
 
 
 async def verify(
-    state: MAIState, ctx: MAIContext, small: VLMBackend, large: VLMBackend
+    state: MAIState, scope: RunScope, small: VLMBackend, large: VLMBackend
 ) -> dict[str, Any]:
     """Ask both models for a short answer at once; agreement (or a short baseline) ends the run.
 
+    The first node of every run: it validates the inputs, writes back their normalized forms
+    (image reference, options mapping) and clears what a previous run on the thread left.
     CoT baselines (``small_cot`` / ``large_cot``) make no call here: they only prepare inputs.
     """
-    q = question_of(state, ctx)
+    ctx = scope.ctx
+    q = await read_question(state, scope)
     # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
     update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
-    update["metrics"] = [RESET_METRICS] if state.get("metrics") else []
-    if q.image is not None and q.image is not state.get("image"):
+    if q.image is not state.get("image"):
         update["image"] = q.image
+    if q.options is not state.get("options"):
+        update["options"] = q.options
+    records: list[Any] = []
+    update["metrics"] = Overwrite(records) if state.get("metrics") else records
     if ctx.policy in ("small_cot", "large_cot"):
         return update
 
-    def request() -> GenerationRequest:
-        return GenerationRequest(
-            messages=short_messages(ctx, q.image, q.text, q.options, q.kind),
-            max_tokens=ctx.short_max_tokens,
-            choices=q.choices(ctx),
-            temperature=ctx.temperature,
-            seed=ctx.seed,
-            purpose="short",
-        )
-
     if ctx.policy in ("small", "large"):
         backend = small if ctx.policy == "small" else large
-        gen, rec = await call(backend, request(), "verify", ctx.policy)
+        gen, rec = await call(backend, short_request(q, ctx), "verify", ctx.policy, scope.write)
         canonical = extract_answer(gen.text, q.kind, q.options)
         update.update(
-            {f"{ctx.policy}_answer": gen.text, f"{ctx.policy}_canonical": canonical},
+            {
+                f"{ctx.policy}_answer": gen.text,
+                f"{ctx.policy}_canonical": canonical,
+                f"{ctx.policy}_prob": rec["answer_prob"],
+            },
             answer=gen.text,
             canonical=canonical,
             route=ctx.policy,
         )
-        update["metrics"].append(rec)
+        records.append(rec)
         return update
 
     speculative: asyncio.Future[dict[str, Any]] | None = None
     try:  # both in flight at once; one failing cancels the other
         async with asyncio.TaskGroup() as tg:
-            small_task = tg.create_task(call(small, request(), "verify", "small"))
-            large_task = tg.create_task(call(large, request(), "verify", "large"))
+            small_task = tg.create_task(
+                call(small, short_request(q, ctx), "verify", "small", scope.write)
+            )
+            large_task = tg.create_task(
+                call(large, short_request(q, ctx), "verify", "large", scope.write)
+            )
             if ctx.speculative_cot:  # queued after the short answers, outside the group
-                speculative = asyncio.ensure_future(write_reasoning(q, ctx, small, "small"))
+                speculative = asyncio.ensure_future(write_reasoning(q, scope, small, "small"))
     except BaseExceptionGroup as group:
         await _cancel(speculative)
         raise group.exceptions[0] from None
@@ -80,12 +86,21 @@ async def verify(
     (gs, rs), (gl, rl) = small_task.result(), large_task.result()
     cs = extract_answer(gs.text, q.kind, q.options)
     cl = extract_answer(gl.text, q.kind, q.options)
+    ps, pl = rs["answer_prob"], rl["answer_prob"]
     update.update(
-        small_answer=gs.text, small_canonical=cs, large_answer=gl.text, large_canonical=cl
+        small_answer=gs.text,
+        small_canonical=cs,
+        small_prob=ps,
+        large_answer=gl.text,
+        large_canonical=cl,
+        large_prob=pl,
     )
-    update["metrics"] += [rs, rl]
-    if canonical_match(cs, cl, rel_tol=ctx.rel_tol):
+    records += [rs, rl]
+    if agreement_exits(cs, cl, ps, pl, ctx):
         update.update(answer=gl.text, canonical=cl, route="agree")
+    elif after_disagreement(pl, ctx) == "large":
+        update.update(answer=gl.text, canonical=cl, route="large_confident")
+    if "route" in update and update["route"] is not None:
         await _cancel(speculative)
     elif speculative is not None:
         try:
@@ -93,7 +108,7 @@ async def verify(
         except BaseException:
             await _cancel(speculative)
             raise
-        update["metrics"] += reasoning.pop("metrics")
+        records += reasoning.pop("metrics")
         update.update(reasoning)
     return update
 
@@ -113,4 +128,4 @@ async def _cancel(task: asyncio.Future[Any] | None) -> None:
 
 def make_verify(small: VLMBackend, large: VLMBackend) -> Node:
     """The ``verify`` node with its backends bound."""
-    return Node("verify", lambda state, ctx: verify(state, ctx, small, large))
+    return Node("verify", lambda state, scope: verify(state, scope, small, large))

@@ -257,8 +257,27 @@ def test_review_interrupt_accept_and_override():
 
 
 def test_review_is_off_by_default():
-    g = create_mai_graph(*transfer_pair()).compile()
-    assert "review" not in g.get_graph().nodes
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    g = create_mai_graph(*transfer_pair()).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "no-review"}}
+    out = g.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={})
+    assert out["route"] == "transfer" and "__interrupt__" not in out
+
+
+def test_review_as_a_run_setting_and_a_bad_resume_asks_again():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    g = create_mai_graph(*transfer_pair()).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "review-setting"}}
+    first = g.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={"review": True})
+    (pending,) = first["__interrupt__"]
+    assert pending.value["allowed"] == ["continue", "answer"]
+    again = g.invoke(Command(resume={"answr": "B"}), cfg, context={"review": True})
+    (pending,) = again["__interrupt__"]
+    assert "error" in pending.value
+    out = g.invoke(Command(resume={"answer": "the blue one"}), cfg, context={"review": True})
+    assert out["route"] == "human" and out["canonical"] == "B"
 
 
 # -- node policies ------------------------------------------------------------------------------

@@ -3,57 +3,39 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, Protocol, runtime_checkable
-
-from typing_extensions import TypedDict
+from typing import Literal, Protocol, runtime_checkable
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
+from mai_graph.messages import Message
 
 __all__ = [
+    "AttentionBackend",
     "Generation",
     "GenerationRequest",
-    "ImagePart",
-    "Message",
-    "Part",
+    "LogprobsBackend",
+    "ManagedBackend",
+    "Purpose",
     "StreamingBackend",
     "TextCallback",
-    "TextPart",
     "VLMBackend",
+    "VocabularyBackend",
     "check_backend",
 ]
 
+Purpose = Literal["short", "cot", "s2", "answer", "attention", "warmup", "generate"]
+"""What a model call is for (fakes script by it, :class:`SteeredBackend` steers by it).
 
-class TextPart(TypedDict):
-    """A text content part."""
-
-    type: Literal["text"]
-    text: str
-    token_ids: NotRequired[list[int]]
-    """The text's exact token ids (e.g. the kept reasoning tokens), for backends that splice
-    ids instead of tokenizing ``text`` again."""
-
-
-class ImagePart(TypedDict):
-    """An image content part (a validated reference, never pixels)."""
-
-    type: Literal["image"]
-    image: ImageRef
-
-
-Part = TextPart | ImagePart
-
-
-class Message(TypedDict):
-    """A chat message; ``content`` parts keep their order (image before question)."""
-
-    role: Literal["system", "user", "assistant"]
-    content: list[Part]
-    token_ids: NotRequired[list[int]]
-    """For an assistant turn the backend generated: its exact output ids, so a backend that can
-    reuse them (prefix cache, KV cache) continues from the identical token sequence."""
+- ``short``: a short answer (mutual verification and the short baselines).
+- ``cot``: a chain of thought.
+- ``s2``: the answer-extraction turn over the cached reasoning.
+- ``answer``: the large model's short answer after reading the transferred reasoning.
+- ``attention``: an attention-scoring pass (no tokens generated).
+- ``warmup``: an engine warm-up call.
+- ``generate``: anything else (direct backend use).
+"""
 
 
 _ids = itertools.count()
@@ -75,8 +57,8 @@ class GenerationRequest:
     """Return the logprob of each prompt token (engines may then skip their prefix cache)."""
     choices: tuple[str, ...] | None = None
     """Constrain the output to exactly one of these strings (where the backend supports it)."""
-    purpose: str = "generate"
-    """What the call is for: ``short``, ``cot``, ``s2`` or ``answer`` (fakes script by it)."""
+    purpose: Purpose = "generate"
+    """What the call is for; see :data:`Purpose`."""
     request_id: str = field(default_factory=lambda: f"mai-{next(_ids)}")
 
     def __post_init__(self) -> None:
@@ -170,6 +152,55 @@ class StreamingBackend(VLMBackend, Protocol):
         self, request: GenerationRequest, on_text: TextCallback
     ) -> Generation:
         """Serve one request, calling ``on_text`` with each text delta; returns the whole."""
+        ...
+
+
+@runtime_checkable
+class VocabularyBackend(Protocol):
+    """A backend that can name its tokenizer's vocabulary.
+
+    Two backends with the same fingerprint tokenize identically, so the small model's reasoning
+    token ids can be spliced into the large model's prompt as they are.
+    """
+
+    async def vocab_fingerprint(self) -> str:
+        """A stable digest of the vocabulary; starts or loads the engine if it must."""
+        ...
+
+
+@runtime_checkable
+class LogprobsBackend(Protocol):
+    """A backend whose generations carry ``logprobs`` when a request asks for them.
+
+    Each value is the log-probability of the generated token under the model's own
+    distribution, before any constraint (``choices``) narrowed it, so ``exp(sum(logprobs))``
+    of a short answer is the model's probability for that answer (the confidence gate).
+    """
+
+    supports_logprobs: Literal[True]
+
+
+@runtime_checkable
+class AttentionBackend(Protocol):
+    """A backend that exposes attention weights (the ``attention`` sparsification strategy)."""
+
+    async def attention(
+        self, request: GenerationRequest, *, layers: Sequence[int] | None = None, full: bool = False
+    ) -> list[float]:
+        """Attention from the prompt's last turn onto its spliced reasoning tokens, per token."""
+        ...
+
+
+@runtime_checkable
+class ManagedBackend(Protocol):
+    """A backend with an engine to start ahead of the first request and to shut down."""
+
+    async def start(self) -> None:
+        """Start (or load) the engine now instead of on the first request."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop the engine and release its memory and processes; idempotent."""
         ...
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, Message, TextCallback
+from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.render import common_prefix
 from mai_graph.errors import BackendError, ConfigError
+from mai_graph.messages import Message
 
 __all__ = ["FunctionBackend", "ScriptedBackend", "demo_backends"]
 
@@ -44,6 +47,9 @@ def _fake_logprob(token: str) -> float:
 class _FakeEngine:
     """Bookkeeping shared by the fakes: records, in-flight counts, prefix cache, token limits."""
 
+    supports_logprobs = True
+    """Generations carry logprobs when asked: scripted (``probs``) or a stable fake per word."""
+
     def __init__(self, name: str, latency: float, image_tokens: int, cache_size: int) -> None:
         if latency < 0:
             raise ConfigError(f"latency must be >= 0, got {latency}", parameter="latency")
@@ -56,14 +62,7 @@ class _FakeEngine:
         self._seen: deque[list[str]] = deque(maxlen=cache_size)
 
     def _cached(self, prompt: list[str]) -> int:
-        best = 0
-        for old in self._seen:
-            n = 0
-            for a, b in zip(old, prompt):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
+        best = max((common_prefix(old, prompt) for old in self._seen), default=0)
         self._seen.append(prompt)
         return best
 
@@ -72,6 +71,7 @@ class _FakeEngine:
         request: GenerationRequest,
         text: str | Generation,
         on_text: TextCallback | None = None,
+        prob: float | None = None,
     ) -> Generation:
         self.requests.append(request)
         self.in_flight += 1
@@ -83,7 +83,7 @@ class _FakeEngine:
             gen = (
                 text
                 if isinstance(text, Generation)
-                else self._generation(request, text, time.perf_counter() - start)
+                else self._generation(request, text, time.perf_counter() - start, prob)
             )
             if on_text is not None:
                 for piece in gen.tokens or (gen.text,):
@@ -92,7 +92,9 @@ class _FakeEngine:
         finally:
             self.in_flight -= 1
 
-    def _generation(self, request: GenerationRequest, text: str, elapsed: float) -> Generation:
+    def _generation(
+        self, request: GenerationRequest, text: str, elapsed: float, prob: float | None = None
+    ) -> Generation:
         if request.choices is not None and text not in request.choices:
             raise BackendError(
                 f"{self.name}: scripted output {text!r} for {request.purpose!r} is not one of "
@@ -109,7 +111,10 @@ class _FakeEngine:
             words.append(words[-1] if words else "…")
         prompt = _prompt_tokens(request.messages, self.image_tokens)
         logprobs = None
-        if request.logprobs is not None:
+        if request.logprobs is not None and prob is not None and words:
+            # The whole answer's probability rides on its first token.
+            logprobs = (math.log(prob) if prob > 0 else -math.inf,) + (0.0,) * (len(words) - 1)
+        elif request.logprobs is not None:
             logprobs = tuple(_fake_logprob(w) for w in words)
         return Generation(
             text=" ".join(words),
@@ -136,6 +141,8 @@ class ScriptedBackend(_FakeEngine):
         latency: Seconds each call takes (``asyncio.sleep``), to test concurrency.
         image_tokens: Prompt tokens an image counts for.
         fail: ``{purpose: [exceptions]}``; each call of that purpose raises the next one first.
+        probs: ``{purpose: probability}`` (or a list used in turn): the answer probability the
+            generation's logprobs carry (``exp(sum(logprobs))``), for confidence-gate tests.
 
     Example:
         >>> backend = ScriptedBackend({"short": "B"}, name="small")
@@ -151,8 +158,19 @@ class ScriptedBackend(_FakeEngine):
         latency: float = 0.0,
         image_tokens: int = 64,
         fail: Mapping[str, Sequence[BaseException]] | None = None,
+        probs: Mapping[str, float | Sequence[float]] | None = None,
     ) -> None:
         super().__init__(name, latency, image_tokens, cache_size=64)
+        self.probs: dict[str, Any] = dict(probs or {})
+        for purpose, value in self.probs.items():
+            values = [value] if isinstance(value, int | float) else list(value)
+            if not all(isinstance(p, int | float) and 0 <= p <= 1 for p in values):
+                raise ConfigError(
+                    f"probs[{purpose!r}] must be probabilities in [0, 1], got {value!r}",
+                    parameter="probs",
+                    value=value,
+                )
+        self._prob_turn: dict[str, int] = {}
         self.script: dict[str, Any] = (
             {"default": script} if isinstance(script, str) else dict(script)
         )
@@ -196,7 +214,15 @@ class ScriptedBackend(_FakeEngine):
         if failures:
             self.requests.append(request)
             raise failures.pop(0)
-        return await self._serve(request, self._respond(request), on_text)
+        return await self._serve(request, self._respond(request), on_text, self._prob(request))
+
+    def _prob(self, request: GenerationRequest) -> float | None:
+        value = self.probs.get(request.purpose)
+        if value is None or isinstance(value, int | float):
+            return value
+        turn = self._prob_turn.get(request.purpose, 0)
+        self._prob_turn[request.purpose] = turn + 1
+        return float(value[min(turn, len(value) - 1)])
 
     def calls(self, purpose: str) -> list[GenerationRequest]:
         """The recorded requests of one purpose, in order."""

@@ -18,14 +18,18 @@ import io
 import time
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, Message, TextCallback
+from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.extras import require_extra
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
+from mai_graph.messages import Message
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 __all__ = ["OpenAIBackend"]
+
+require_extra("openai", ("openai",), "openai")
 
 
 def _data_url(ref: Any) -> str:
@@ -68,6 +72,9 @@ class OpenAIBackend:
         vllm_extras: Send vLLM's request options (``min_tokens``, ``structured_outputs``,
             ``return_token_ids``); turn off for servers that refuse unknown fields.
     """
+
+    supports_logprobs = True
+    """Generations carry the server's token logprobs when asked."""
 
     def __init__(
         self,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mai_graph.backends.base import Message, Part
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
+from mai_graph.messages import Message, Part
 
 __all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fingerprint"]
 
@@ -149,8 +149,10 @@ def vocab_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(repr(vocab).encode()).hexdigest()[:16]
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading ids two sequences share.
+def common_prefix(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
+    """How many leading items (token ids, token texts) two sequences share.
+
+    The one longest-common-prefix helper: prefix-cache accounting in every backend uses it.
 
     >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
     2

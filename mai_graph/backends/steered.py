@@ -11,12 +11,19 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback, VLMBackend
+from mai_graph.backends.base import (
+    Generation,
+    GenerationRequest,
+    Purpose,
+    StreamingBackend,
+    TextCallback,
+    VLMBackend,
+)
 from mai_graph.errors import ConfigError
 
 __all__ = ["SteeredBackend"]
 
-_PURPOSES = ("short", "cot", "s2", "answer")
+_PURPOSES: tuple[Purpose, ...] = ("short", "cot", "s2", "answer")
 
 
 class SteeredBackend:
@@ -58,7 +65,6 @@ class SteeredBackend:
         self, request: GenerationRequest, on_text: TextCallback
     ) -> Generation:
         """Streaming :meth:`generate` (when the inner backend streams)."""
-        stream = getattr(self.inner, "generate_stream", None)
-        if stream is None:
+        if not isinstance(self.inner, StreamingBackend):
             return await self.generate(request)
-        return await stream(self._steer(request), on_text)
+        return await self.inner.generate_stream(self._steer(request), on_text)

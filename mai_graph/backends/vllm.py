@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import render, vocab_fingerprint
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 __all__ = ["ENGINE_LOOP", "VLLMBackend"]
+
+require_extra("vllm", ("vllm", "torch", "transformers"), "vllm")
 
 ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
 """The loop every engine built by :class:`VLLMBackend` lives on."""
@@ -74,6 +77,9 @@ class VLLMBackend:
     Example:
         ``small = VLLMBackend("Qwen/Qwen3-VL-2B-Instruct", gpu_memory_utilization=0.25)``
     """
+
+    supports_logprobs = True
+    """Generations carry logprobs when asked (vLLM's raw logprobs, before choice masking)."""
 
     def __init__(
         self,
@@ -258,10 +264,14 @@ class VLLMBackend:
             )
         return self._tokenizer
 
-    @property
-    def vocab_fingerprint(self) -> str:
-        """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same."""
+    async def vocab_fingerprint(self) -> str:
+        """Hash of the tokenizer's vocabulary: equal for backends whose token ids mean the same.
+
+        Starts the engine if it has not started (the tokenizer comes with it).
+        """
         if self._fingerprint is None:
+            if self._tokenizer is None:
+                await self.start(warmup=False)
             self._fingerprint = vocab_fingerprint(self.tokenizer)
         return self._fingerprint
 

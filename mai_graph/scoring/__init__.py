@@ -1,5 +1,6 @@
 """Token-importance scorers for the sparsify node, and token selection."""
 
+from mai_graph.backends.base import AttentionBackend
 from mai_graph.scoring.attention import AttentionScorer
 from mai_graph.scoring.base import (
     ReasoningInput,
@@ -31,13 +32,14 @@ __all__ = [
 def default_scorers(small: object) -> dict[str, TokenScorer]:
     """Scorers a graph gets unless told otherwise.
 
-    ``surprisal`` and ``relevance`` always; ``attention`` when the small model runs in
-    transformers (its own backend is reused, caches included).
+    ``surprisal`` and ``relevance`` always; ``attention`` when the small model's backend
+    exposes attention weights (:class:`~mai_graph.backends.base.AttentionBackend`, e.g.
+    transformers: its own backend is reused, caches included).
     """
     scorers: dict[str, TokenScorer] = {
         "surprisal": SurprisalScorer(),
         "relevance": RelevanceScorer(),
     }
-    if hasattr(small, "attention"):
-        scorers["attention"] = AttentionScorer(small)  # type: ignore[arg-type]
+    if isinstance(small, AttentionBackend):
+        scorers["attention"] = AttentionScorer(small)
     return scorers

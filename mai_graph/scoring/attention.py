@@ -10,14 +10,10 @@ small checkpoint next to the engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import GenerationRequest
+from mai_graph.backends.base import AttentionBackend, GenerationRequest
 from mai_graph.errors import ConfigError
 from mai_graph.scoring.base import ReasoningInput
-
-if TYPE_CHECKING:
-    from mai_graph.backends.transformers import TransformersBackend
 
 __all__ = ["AttentionScorer"]
 
@@ -26,8 +22,10 @@ class AttentionScorer:
     """Scores reasoning tokens by the S2 turn's attention onto them.
 
     Args:
-        model: A :class:`~mai_graph.backends.transformers.TransformersBackend` of the small
-            model (reused, caches included), or a checkpoint path to load one from.
+        model: A backend of the small model that exposes attention
+            (:class:`~mai_graph.backends.base.AttentionBackend`, e.g. a
+            ``TransformersBackend``: reused, caches included), or a checkpoint path to load
+            a ``TransformersBackend`` from.
         layers: Layer indices to average over (default: the last third).
         full: Score with one full eager pass instead of the cached cheap path (for checking).
     """
@@ -36,7 +34,7 @@ class AttentionScorer:
 
     def __init__(
         self,
-        model: TransformersBackend | str,
+        model: AttentionBackend | str,
         *,
         layers: Sequence[int] | None = None,
         full: bool = False,
@@ -45,13 +43,14 @@ class AttentionScorer:
             from mai_graph.backends.transformers import TransformersBackend
 
             model = TransformersBackend(model, name=f"attention:{model}")
-        if not hasattr(model, "attention"):
+        if not isinstance(model, AttentionBackend):
             raise ConfigError(
-                f"the attention scorer needs a TransformersBackend, got {type(model).__name__}",
+                "the attention scorer needs a backend that exposes attention (e.g. "
+                f"TransformersBackend), got {type(model).__name__}",
                 parameter="model",
                 fix="pass TransformersBackend(small_checkpoint) or the checkpoint path",
             )
-        self.model: Any = model
+        self.model: AttentionBackend = model
         self.layers = list(layers) if layers is not None else None
         self.full = full
 

@@ -8,8 +8,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from mai_graph.backends.base import Message
 from mai_graph.errors import ConfigError
+from mai_graph.messages import Message
 
 __all__ = [
     "ReasoningInput",
@@ -38,8 +38,11 @@ class ReasoningInput:
     """Each generated token's logprob, when the backend reports them."""
     question: str
     options: tuple[str, ...] | None
+    """The option texts, in display order."""
     s2_messages: tuple[Message, ...]
     """The S2 prompt (CoT conversation + reasoning + extraction turn), for model-based scorers."""
+    letters: tuple[str, ...] = ()
+    """The options' letters (always kept when ``force_keep``)."""
 
 
 @runtime_checkable

@@ -22,8 +22,9 @@ def scene(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", params=ENGINES)
 def engines(request, tiny_pair):
     """(kind, small, large), each pair started once per session and shut down at the end."""
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.loop import run_sync
-    from mai_graph.testing import shutdown_backends, start_backends, tiny_backends
+    from mai_graph.testing import tiny_backends
 
     if request.param == "vllm":
         pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")

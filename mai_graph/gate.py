@@ -1,0 +1,52 @@
+"""The early-exit gate: when two answers end a run (verification, and the S2 turn).
+
+The paper's rule is agreement of canonical answers. ``agree_confident`` also asks each model to
+be sure of its own answer (its probability, from the answer's token logprobs, at least
+``gate_min_prob``); ``never`` turns early exits off. Independently, ``large_confident_exit``
+ends a run with the large model's answer when the answers differ but the large model is sure.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from mai_graph.answers import canonical_match
+from mai_graph.context import MAIContext
+
+__all__ = ["after_disagreement", "agreement_exits"]
+
+
+def _sure(prob: float | None, threshold: float) -> bool:
+    return prob is not None and prob >= threshold
+
+
+def agreement_exits(
+    a: str, b: str, prob_a: float | None, prob_b: float | None, ctx: MAIContext
+) -> bool:
+    """Whether two canonical answers end the run under the context's gate.
+
+    >>> ctx = MAIContext(gate="agree_confident", gate_min_prob=0.6)
+    >>> agreement_exits("B", "B", 0.9, 0.7, ctx), agreement_exits("B", "B", 0.9, 0.5, ctx)
+    (True, False)
+    >>> agreement_exits("B", "B", None, None, MAIContext())
+    True
+    """
+    if ctx.gate == "never" or not canonical_match(a, b, rel_tol=ctx.rel_tol):
+        return False
+    if ctx.gate == "agree_confident":
+        return _sure(prob_a, ctx.gate_min_prob) and _sure(prob_b, ctx.gate_min_prob)
+    return True
+
+
+def after_disagreement(large_prob: float | None, ctx: MAIContext) -> Literal["large", "escalate"]:
+    """On disagreement: ``large`` (end with the large answer) if it is sure enough, else escalate.
+
+    >>> after_disagreement(0.95, MAIContext(large_confident_exit=0.9))
+    'large'
+    >>> after_disagreement(0.95, MAIContext())
+    'escalate'
+    """
+    threshold = ctx.large_confident_exit
+    if threshold is not None and ctx.gate != "never" and _sure(large_prob, threshold):
+        return "large"
+    return "escalate"

@@ -1,0 +1,137 @@
+"""The run's question as every node reads it, and one request builder per call purpose.
+
+The first node validates the inputs once (:meth:`Question.from_input`) and writes the normalized
+image reference and options back to state; later nodes rebuild the :class:`Question` from state
+without validating again (:meth:`Question.from_state`). Each model call of the graph is built by
+exactly one function here, so the prompts of the verify, reasoning, S2 and transfer calls share
+their prefixes by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
+from mai_graph.backends.base import GenerationRequest
+from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
+from mai_graph.images import ImageRef, image_ref
+from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
+
+__all__ = [
+    "Question",
+    "answer_request",
+    "cot_request",
+    "s2_request",
+    "short_request",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """The validated inputs of a run."""
+
+    text: str
+    image: ImageRef | None
+    options: dict[str, str] | None
+    """Option letter → option text, in display order."""
+    kind: AnswerKind
+
+    @classmethod
+    def from_input(cls, state: Mapping[str, Any], ctx: MAIContext) -> Question:
+        """Validate a run's raw inputs; turns a path / data URL / bytes into an ImageRef.
+
+        Blocking (file reads, image decoding): call it off the event loop.
+        """
+        text = state.get("question")
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(
+                f"question must be a non-empty string, got {text!r}",
+                parameter="question",
+                value=text,
+                fix="pass the question text as input['question']",
+            )
+        options = normalize_options(state.get("options"))
+        raw = state.get("image")
+        image = image_ref(raw) if raw is not None else None
+        return cls(text, image, options, resolve_kind(ctx.answer_kind, options))
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], ctx: MAIContext) -> Question:
+        """The question as the first node normalized it (no validation, no I/O)."""
+        return cls(
+            state["question"],
+            state.get("image"),
+            state.get("options"),
+            resolve_kind(ctx.answer_kind, state.get("options")),
+        )
+
+    def choices(self, ctx: MAIContext) -> tuple[str, ...] | None:
+        """Constrained outputs for short answers: the option letters (multiple choice)."""
+        if self.kind == "choice" and self.options and ctx.constrain_choices:
+            return tuple(self.options)
+        return None
+
+
+def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
+    """A short answer (verification and the short baselines); logprobs give its probability."""
+    return GenerationRequest(
+        messages=short_messages(ctx, q.image, q.text, q.options, q.kind),
+        max_tokens=ctx.short_max_tokens,
+        choices=q.choices(ctx),
+        temperature=ctx.temperature,
+        seed=ctx.seed,
+        logprobs=0,
+        purpose="short",
+    )
+
+
+def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
+    """The chain of thought (its generated logprobs come free and feed the scorers)."""
+    return GenerationRequest(
+        messages=cot_messages(ctx, q.image, q.text, q.options),
+        max_tokens=ctx.cot_max_tokens,
+        min_tokens=ctx.cot_min_tokens,
+        temperature=ctx.temperature,
+        seed=ctx.seed,
+        logprobs=0,
+        purpose="cot",
+    )
+
+
+def s2_request(
+    q: Question, ctx: MAIContext, reasoning: str, reasoning_token_ids: Sequence[int] | None
+) -> GenerationRequest:
+    """The S2 turn: the CoT conversation, the reasoning's exact ids, then "answer only".
+
+    The sparsify node scores tokens over this same prompt (attention strategy).
+    """
+    cot = cot_messages(ctx, q.image, q.text, q.options)
+    return GenerationRequest(
+        messages=s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind),
+        max_tokens=ctx.s2_max_tokens,
+        choices=q.choices(ctx),
+        temperature=ctx.temperature,
+        seed=ctx.seed,
+        logprobs=0,
+        purpose="s2",
+    )
+
+
+def answer_request(
+    q: Question, ctx: MAIContext, transfer: str, transfer_token_ids: Sequence[int] | None
+) -> GenerationRequest:
+    """The large model's short answer after reading the transferred reasoning."""
+    return GenerationRequest(
+        messages=transfer_messages(
+            ctx, q.image, q.text, q.options, q.kind, transfer, transfer_token_ids
+        ),
+        max_tokens=ctx.short_max_tokens,
+        choices=q.choices(ctx),
+        temperature=ctx.temperature,
+        seed=ctx.seed,
+        logprobs=0,
+        purpose="answer",
+    )

@@ -1,0 +1,130 @@
+"""The outcome of one run (:class:`MAIResult`), its totals and its human-readable form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mai_graph.state import NodeMetrics, Sparsification
+
+__all__ = ["MAIResult", "format_calls", "totals"]
+
+
+def totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Sums over metrics records: calls, prompt / cached / generated tokens, model seconds.
+
+    >>> totals([{"prompt_tokens": 10, "cached_tokens": None, "generated_tokens": 2,
+    ...          "latency_s": 0.5}])["prompt_tokens"]
+    10
+    """
+    return {
+        "calls": len(records),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in records),
+        "cached_tokens": sum(r["cached_tokens"] or 0 for r in records),
+        "generated_tokens": sum(r["generated_tokens"] for r in records),
+        "model_latency_s": sum(r["latency_s"] for r in records),
+    }
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def _prob(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2f}"
+
+
+def format_calls(metrics: Sequence[Mapping[str, Any]]) -> str:
+    """A table of per-call metrics (one row per model call)."""
+    head = (
+        f"  {'node':<8} {'role':<6} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} "
+        f"{'ttft':>6} {'p':>5}"
+    )
+    rows = [head]
+    for m in metrics:
+        cached = "-" if m["cached_tokens"] is None else str(m["cached_tokens"])
+        rows.append(
+            f"  {m['node']:<8} {m['role']:<6} {m['prompt_tokens']:>7} {cached:>7} "
+            f"{m['generated_tokens']:>5} {_ms(m['latency_s']):>7} {_ms(m['ttft_s']):>6} "
+            f"{_prob(m.get('answer_prob')):>5}"
+        )
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class MAIResult:
+    """The outcome of one MAI run."""
+
+    answer: str
+    """The final answer text, as the answering model wrote it."""
+    canonical: str
+    """Its canonical form (option letter, yes/no, number, normalized text, or ``UNKNOWN``)."""
+    route: str
+    """How the run ended; see :data:`mai_graph.state.Route`."""
+    metrics: list[NodeMetrics]
+    """One record per model call, in call order."""
+    wall_s: float
+    """Wall time of the whole run, orchestration included."""
+    small_answer: str | None = None
+    large_answer: str | None = None
+    s2_answer: str | None = None
+    small_prob: float | None = None
+    """The small model's probability for its short answer, when its backend gives logprobs."""
+    large_prob: float | None = None
+    """The large model's probability for its short answer, when its backend gives logprobs."""
+    sparsification: Sparsification | None = None
+    totals: dict[str, float] = field(default_factory=dict)
+    """Sums over ``metrics``: calls, prompt / cached / generated tokens, model seconds."""
+
+    @classmethod
+    def from_output(cls, out: Mapping[str, Any], wall_s: float) -> MAIResult:
+        """The result of a graph's output state."""
+        metrics = list(out.get("metrics") or [])
+        return cls(
+            answer=out["answer"],
+            canonical=out["canonical"],
+            route=out["route"],
+            metrics=metrics,
+            wall_s=wall_s,
+            small_answer=out.get("small_answer"),
+            large_answer=out.get("large_answer"),
+            s2_answer=out.get("s2_answer"),
+            small_prob=out.get("small_prob"),
+            large_prob=out.get("large_prob"),
+            sparsification=out.get("sparsification"),
+            totals=totals(metrics),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    def format(self) -> str:
+        """A human-readable summary: route, answers, sparsification, per-call table, totals."""
+        lines = [
+            f"route:     {self.route}",
+            f"answer:    {self.answer!r} (canonical: {self.canonical})",
+        ]
+        for label, value, prob in (
+            ("small", self.small_answer, self.small_prob),
+            ("large", self.large_answer, self.large_prob),
+            ("s2", self.s2_answer, None),
+        ):
+            if value is not None:
+                p = "" if prob is None else f"  (p={prob:.2f})"
+                lines.append(f"{label + ':':<10} {value!r}{p}")
+        if self.sparsification:
+            s = self.sparsification
+            lines.append(
+                f"sparsify:  {s['strategy']} kept {s['tokens_out']}/{s['tokens_in']} tokens, "
+                f"dropped mass {s['dropped_mass']:.2f}"
+            )
+        lines.append(format_calls(self.metrics))
+        t = self.totals
+        lines.append(
+            f"total:     {self.wall_s * 1000:.0f} ms wall, {t['calls']} calls, "
+            f"{t['prompt_tokens']} prompt ({t['cached_tokens']} cached), "
+            f"{t['generated_tokens']} generated tokens"
+        )
+        return "\n".join(lines)
