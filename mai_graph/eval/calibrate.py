@@ -1,0 +1,444 @@
+"""Offline calibration: replay recorded branches under many gate settings and pick one.
+
+Records made with every branch (``mai-graph eval --branches``) hold, for each sample, both
+short answers with their probabilities, the reasoning, the S2 answer and the transfer answer
+at each recorded keep ratio. Any gate setting is then replayed without a model call
+(:class:`~mai_graph.eval.replay.Branches`). :func:`calibrate` splits the samples into a
+calibration and a held-out part (by a hash of the sample id), scores a grid of settings on
+the calibration part, picks the cheapest setting whose accuracy meets the target (or the most
+accurate one within a transfer budget) and reports how it holds on the held-out part.
+
+A setting qualifies by a one-sided Wilson bound at ``confidence`` rather than by its point
+estimate, so a setting that only just meets the target by chance is not chosen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
+from mai_graph.eval.records import CallRecord, RecordSet, SampleRun
+from mai_graph.eval.replay import Branches, path_latency
+from mai_graph.eval.scorers import score
+
+__all__ = [
+    "CalibrationResult",
+    "Setting",
+    "SettingScore",
+    "calibrate",
+    "context_file",
+    "pareto_front",
+    "score_setting",
+    "settings_grid",
+    "split_samples",
+    "wilson_bounds",
+]
+
+_GRID_PROBS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The replayable settings: the gate, the S2 exit and the keep ratio."""
+
+    gate: str = "agree"
+    gate_min_prob: float = 0.5
+    s2_exit: bool = True
+    large_confident_exit: float | None = None
+    keep_ratio: float = 0.2
+
+    def fields(self) -> dict[str, Any]:
+        """The setting as :class:`~mai_graph.context.MAIContext` fields."""
+        return asdict(self)
+
+    def label(self) -> str:
+        """A short readable name.
+
+        >>> Setting("agree_confident", 0.8, False, 0.95, 0.2).label()
+        'agree_confident>=0.8, s2 off, large>=0.95, keep 0.2'
+        """
+        gate = (
+            f"agree_confident>={self.gate_min_prob:g}"
+            if self.gate == "agree_confident"
+            else (self.gate)
+        )
+        parts = [gate, f"s2 {'on' if self.s2_exit else 'off'}"]
+        if self.large_confident_exit is not None:
+            parts.append(f"large>={self.large_confident_exit:g}")
+        parts.append(f"keep {self.keep_ratio:g}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class SettingScore:
+    """A setting replayed over some samples."""
+
+    setting: Setting
+    n: int
+    accuracy: float
+    transfer_share: float
+    """Share of runs that needed the large model's transfer step."""
+    large_share: float
+    """Share of runs in which the large model did more than its short answer."""
+    mean_latency_s: float
+    routes: dict[str, float]
+    right: int
+    transfers: int
+    gap_recovered: float | None = None
+    """(accuracy - weak) / (strong - weak), when both reference accuracies are known."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        out = asdict(self)
+        out["setting"] = self.setting.fields()
+        out["label"] = self.setting.label()
+        return out
+
+
+@dataclass
+class CalibrationResult:
+    """What :func:`calibrate` found."""
+
+    objective: dict[str, Any]
+    """``{"target_accuracy": x}`` or ``{"max_transfer_share": y}``, and the confidence."""
+    met: bool
+    """A setting met the objective on the calibration split."""
+    chosen: SettingScore | None
+    """The chosen setting on the calibration split (None when nothing qualified)."""
+    held_out: SettingScore | None
+    held_out_met: bool | None
+    """The chosen setting meets the objective on the held-out split too (point estimate)."""
+    calibration_ids: list[str]
+    held_out_ids: list[str]
+    curve: list[SettingScore] = field(default_factory=list)
+    """Every setting on the calibration split."""
+    references: dict[str, Any] = field(default_factory=dict)
+    """Weak / strong policy accuracies used for the gap recovered, per split."""
+    base_context: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "objective": self.objective,
+            "met": self.met,
+            "chosen": self.chosen.to_dict() if self.chosen else None,
+            "held_out": self.held_out.to_dict() if self.held_out else None,
+            "held_out_met": self.held_out_met,
+            "split": {
+                "calibration": len(self.calibration_ids),
+                "held_out": len(self.held_out_ids),
+            },
+            "references": self.references,
+            "curve": [s.to_dict() for s in self.curve],
+            "pareto": [s.setting.label() for s in pareto_front(self.curve)],
+        }
+
+
+def wilson_bounds(right: int, n: int, confidence: float) -> tuple[float, float]:
+    """One-sided Wilson bounds of a proportion at ``confidence`` (0 gives the estimate).
+
+    >>> lo, hi = wilson_bounds(90, 100, 0.9)
+    >>> round(lo, 3), round(hi, 3)
+    (0.856, 0.932)
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = right / n
+    if confidence <= 0:
+        return p, p
+    z = NormalDist().inv_cdf(confidence)
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def split_samples(ids: Iterable[str], share: float, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Split sample ids into (calibration, held-out) by a hash of ``seed`` and the id.
+
+    >>> cal, held = split_samples([str(i) for i in range(1000)], 0.5)
+    >>> 450 < len(cal) < 550 and not set(cal) & set(held)
+    True
+    """
+    if not 0 < share < 1:
+        raise ConfigError(
+            f"calibration share must be in (0, 1), got {share!r}",
+            parameter="calibration_share",
+            value=share,
+        )
+    cal: list[str] = []
+    held: list[str] = []
+    for sample_id in ids:
+        digest = hashlib.sha256(f"{seed}|{sample_id}".encode()).digest()
+        (cal if int.from_bytes(digest[:8], "big") / 2**64 < share else held).append(sample_id)
+    return cal, held
+
+
+def _thresholds(values: Sequence[float]) -> list[float]:
+    """Probability thresholds: fixed points plus the deciles of the recorded values."""
+    points = set(_GRID_PROBS)
+    ordered = sorted(values)
+    if ordered:
+        for i in range(1, 10):
+            points.add(round(ordered[min(len(ordered) - 1, i * len(ordered) // 10)], 3))
+    return sorted(p for p in points if 0 < p <= 1)
+
+
+def settings_grid(branches: Sequence[Branches]) -> list[Setting]:
+    """Every setting the branches can replay.
+
+    Gates ``agree``, ``agree_confident`` at several probability thresholds and ``never``; S2
+    exit on and off; ``large_confident_exit`` off or at several thresholds; each keep ratio
+    recorded for every sample.
+    """
+    if not branches:
+        return []
+    ratios = set.intersection(*(set(b.answers) for b in branches))
+    keep = sorted(r for r in ratios if r is not None)
+    both = [
+        min(b.small.answer_prob, b.large.answer_prob)
+        for b in branches
+        if b.small.answer_prob is not None and b.large.answer_prob is not None
+    ]
+    large = [b.large.answer_prob for b in branches if b.large.answer_prob is not None]
+    gate_probs = _thresholds(both) if both else []
+    large_probs = _thresholds(large) if large else []
+    out = []
+    for ratio in keep:
+        out.append(Setting("never", 0.5, False, None, ratio))
+        gates = [("agree", 0.5)] + [("agree_confident", p) for p in gate_probs]
+        for gate, min_prob in gates:
+            for s2 in (True, False):
+                for exit_prob in [None, *large_probs]:
+                    out.append(Setting(gate, min_prob, s2, exit_prob, ratio))
+    return out
+
+
+class _Scorer:
+    """Scores final answers once per (sample, call) across all settings."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int], bool] = {}
+
+    def correct(self, run: SampleRun, final: CallRecord) -> bool:
+        key = (run.record.sample, id(final))
+        hit = self._cache.get(key)
+        if hit is None:
+            rec = run.record
+            hit = score(final.text or "", rec.gold, rec.kind, rec.options).correct
+            self._cache[key] = hit
+        return hit
+
+
+def score_setting(
+    branches: Sequence[Branches],
+    setting: Setting,
+    base: MAIContext | None = None,
+    *,
+    references: tuple[float, float] | None = None,
+    _scorer: _Scorer | None = None,
+) -> SettingScore:
+    """Replay one setting over recorded branches.
+
+    Args:
+        branches: The runs (see :meth:`Branches.of`).
+        setting: The setting to replay.
+        base: The recorded runs' context (the setting's fields replace its own).
+        references: ``(weak, strong)`` accuracies for the gap recovered.
+    """
+    ctx = (base or MAIContext()).replace(policy="mai", **setting.fields())
+    scorer = _scorer or _Scorer()
+    right = transfers = large = 0
+    latency = 0.0
+    routes: dict[str, int] = {}
+    for b in branches:
+        route, path, final = b.decide(ctx)
+        routes[route] = routes.get(route, 0) + 1
+        right += scorer.correct(b.run, final)
+        transfers += route == "transfer"
+        large += any(c.role == "large" and c.node != "verify" for c in path)
+        latency += path_latency(path)
+    n = len(branches)
+    accuracy = right / n if n else 0.0
+    gap = None
+    if references is not None and abs(references[1] - references[0]) > 1e-12:
+        gap = (accuracy - references[0]) / (references[1] - references[0])
+    return SettingScore(
+        setting=setting,
+        n=n,
+        accuracy=accuracy,
+        transfer_share=transfers / n if n else 0.0,
+        large_share=large / n if n else 0.0,
+        mean_latency_s=latency / n if n else 0.0,
+        routes={k: v / n for k, v in sorted(routes.items())},
+        right=right,
+        transfers=transfers,
+        gap_recovered=gap,
+    )
+
+
+def pareto_front(scores: Sequence[SettingScore]) -> list[SettingScore]:
+    """Settings no other setting beats on both accuracy and transfer share, by share."""
+    front: list[SettingScore] = []
+    best = -1.0
+    for s in sorted(scores, key=lambda s: (s.transfer_share, -s.accuracy, s.mean_latency_s)):
+        if s.accuracy > best + 1e-12:
+            front.append(s)
+            best = s.accuracy
+    return front
+
+
+def _reference(records: RecordSet, ids: Sequence[str], policy: str) -> float | None:
+    runs = [records.runs.get((policy, i)) for i in ids]
+    done = [r for r in runs if r is not None]
+    if not done or len(done) < len(ids):
+        return None
+    right = sum(score(r.record.answer, r.record.gold, r.record.kind, r.record.options).correct
+                for r in done)  # fmt: skip
+    return right / len(done)
+
+
+def calibrate(
+    records: RecordSet,
+    *,
+    target_accuracy: float | None = None,
+    max_transfer_share: float | None = None,
+    calibration_share: float = 0.5,
+    confidence: float = 0.9,
+    seed: int = 0,
+    weak: str = "small",
+    strong: str = "large_cot",
+) -> CalibrationResult:
+    """Pick gate settings from recorded branches for an accuracy target or a transfer budget.
+
+    Args:
+        records: Records with ``mai`` runs made with every branch.
+        target_accuracy: Pick the setting with the lowest mean latency whose accuracy's lower
+            bound on the calibration split is at least this.
+        max_transfer_share: Or: pick the most accurate setting whose transfer share's upper
+            bound is at most this.
+        calibration_share: Share of samples in the calibration split (the rest is held out).
+        confidence: One-sided confidence of the Wilson bounds (0: point estimates).
+        seed: Seed of the split.
+        weak: Reference policy for the gap recovered (its accuracy is 0% of the gap).
+        strong: Reference policy for 100% of the gap.
+
+    Returns:
+        A :class:`CalibrationResult`.
+
+    Raises:
+        ConfigError: Neither or both objectives, values out of range, or no ``mai`` runs
+            with every branch in the records.
+    """
+    if (target_accuracy is None) == (max_transfer_share is None):
+        raise ConfigError(
+            "give exactly one of target_accuracy and max_transfer_share",
+            parameter="target_accuracy",
+            fix="e.g. --target-accuracy 0.8 or --max-transfer-share 0.3",
+        )
+    goals = {"target_accuracy": target_accuracy, "max_transfer_share": max_transfer_share}
+    for name, value in goals.items():
+        if value is not None and not 0 <= value <= 1:
+            raise ConfigError(f"{name} must be in [0, 1], got {value!r}", parameter=name)
+    if not 0 <= confidence < 1:
+        raise ConfigError(
+            f"confidence must be in [0, 1), got {confidence!r}", parameter="confidence"
+        )
+    runs = [r for r in records.of("mai") if r.record.branches]
+    if not runs:
+        raise ConfigError(
+            f"{records.path} has no mai runs recorded with every branch",
+            parameter="records",
+            value=str(records.path),
+            fix="record them with: mai-graph eval --branches ...",
+        )
+    base = _base_context(records)
+    table = {r.record.sample: Branches.of(r) for r in runs}
+    cal_ids, held_ids = split_samples(sorted(table), calibration_share, seed)
+    if not cal_ids or not held_ids:
+        raise ConfigError(
+            f"{len(table)} samples are too few to split", parameter="records", fix="record more"
+        )
+    cal = [table[i] for i in cal_ids]
+    held = [table[i] for i in held_ids]
+    refs: dict[str, Any] = {"weak": weak, "strong": strong}
+    pairs: dict[str, tuple[float, float] | None] = {}
+    for name, ids in (("calibration", cal_ids), ("held_out", held_ids)):
+        w, s = _reference(records, ids, weak), _reference(records, ids, strong)
+        refs[name] = {weak: w, strong: s}
+        pairs[name] = (w, s) if w is not None and s is not None else None
+    scorer = _Scorer()
+    curve = [
+        score_setting(cal, s, base, references=pairs["calibration"], _scorer=scorer)
+        for s in settings_grid(cal)
+    ]
+    objective: dict[str, Any] = {"confidence": confidence}
+    if target_accuracy is not None:
+        objective["target_accuracy"] = target_accuracy
+        ok = [s for s in curve if wilson_bounds(s.right, s.n, confidence)[0] >= target_accuracy]
+        ok.sort(key=lambda s: (s.mean_latency_s, s.transfer_share, -s.accuracy))
+    else:
+        assert max_transfer_share is not None
+        objective["max_transfer_share"] = max_transfer_share
+        ok = [
+            s for s in curve if wilson_bounds(s.transfers, s.n, confidence)[1] <= max_transfer_share
+        ]
+        ok.sort(key=lambda s: (-s.accuracy, s.mean_latency_s))
+    chosen = ok[0] if ok else None
+    held_score = held_met = None
+    if chosen is not None:
+        held_score = score_setting(
+            held, chosen.setting, base, references=pairs["held_out"], _scorer=scorer
+        )
+        if target_accuracy is not None:
+            held_met = held_score.accuracy >= target_accuracy
+        else:
+            held_met = held_score.transfer_share <= max_transfer_share  # type: ignore[operator]
+    return CalibrationResult(
+        objective=objective,
+        met=chosen is not None,
+        chosen=chosen,
+        held_out=held_score,
+        held_out_met=held_met,
+        calibration_ids=cal_ids,
+        held_out_ids=held_ids,
+        curve=curve,
+        references=refs,
+        base_context=base.model_dump(),
+    )
+
+
+def _base_context(records: RecordSet) -> MAIContext:
+    if not records.sessions:
+        return MAIContext()
+    fields = dict(records.sessions[0].context)
+    known = set(MAIContext.model_fields)
+    return MAIContext(**{k: v for k, v in fields.items() if k in known})
+
+
+def context_file(result: CalibrationResult) -> dict[str, Any]:
+    """The chosen settings as a context file: a JSON object of MAIContext fields.
+
+    The recorded runs' own settings (reasoning budget, sparsification, ...) are kept where
+    they differ from the defaults, since the calibration holds for them; ``policy`` and
+    ``answer_kind`` are left to each run.
+    """
+    if result.chosen is None:
+        raise ConfigError("no setting was chosen", parameter="calibration")
+    defaults = MAIContext().model_dump()
+    out = {
+        k: v
+        for k, v in result.base_context.items()
+        if k not in ("policy", "answer_kind") and k in defaults and v != defaults[k]
+    }
+    out.update(result.chosen.setting.fields())
+    if out.get("gate") != "agree_confident":
+        out.pop("gate_min_prob", None)
+    MAIContext(**out)  # the file must load
+    return out

@@ -1,0 +1,391 @@
+"""``mai-graph eval``, ``mai-graph calibrate`` and ``mai-graph synth-data``.
+
+:func:`register` adds the three commands to ``mai-graph``'s parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
+
+__all__ = ["load_context_file", "register"]
+
+EXIT_OK, EXIT_ERROR = 0, 1
+_BACKENDS = ("fake", "vllm", "transformers", "openai", "simulated", "oracle")
+
+_EVAL_EPILOG = """\
+Runs each policy over the dataset (policies one after the other, samples --concurrency at a
+time), appends every generation to OUT/records.jsonl, and writes OUT/report.json, report.md
+and PNG plots. Run the same command again to resume: finished samples are not redone.
+
+--branches records every branch of the mai runs (gate never, no S2 exit): the report then
+replays MAI under the context's gate settings, and `mai-graph calibrate --records OUT` can
+pick settings offline. --backend simulated / oracle answer from the dataset's gold answers
+(no model) to check the harness; --sim sets the simulation (e.g. --sim small=0.5).
+"""
+
+_CALIBRATE_EPILOG = """\
+Replays the mai runs recorded with --branches under a grid of gate settings (gate,
+agree_confident threshold, S2 exit, large_confident_exit, recorded keep ratios), picks the
+setting that meets the objective on a calibration split and reports it on the held-out split.
+Writes OUT/context.json (the chosen settings: give it to eval --context, or paste it into
+LangGraph Studio's context), calibration.json, calibration.md and calibration_curve.png.
+Exit code 1 when no setting meets the objective.
+"""
+
+
+def load_context_file(path: str | Path) -> dict[str, Any]:
+    """Read a context file: a JSON object of :class:`~mai_graph.context.MAIContext` fields.
+
+    Raises:
+        ConfigError: Missing file, invalid JSON, not an object, or unknown / invalid fields.
+    """
+    file = Path(path).expanduser()
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"context file not found: {file}", parameter="--context", value=str(file)
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"context file {file} is not valid JSON ({exc.msg}, line {exc.lineno})",
+            parameter="--context",
+            value=str(file),
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"context file {file} must hold a JSON object of MAIContext fields",
+            parameter="--context",
+            value=str(file),
+            fix='write e.g. {"gate": "agree", "keep_ratio": 0.3}',
+        )
+    MAIContext(**data)  # validate now, naming the file's mistakes
+    return data
+
+
+def _context(args: argparse.Namespace) -> MAIContext:
+    from mai_graph.cli import _parse_value
+
+    values: dict[str, Any] = load_context_file(args.context) if args.context else {}
+    if args.keep_ratio is not None:
+        values["keep_ratio"] = args.keep_ratio
+    if args.cot_max_tokens is not None:
+        values["cot_max_tokens"] = args.cot_max_tokens
+    known = set(MAIContext.model_fields)
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in known:
+            raise ConfigError(
+                f"--set needs FIELD=VALUE with a MAIContext field, got {item!r}",
+                parameter="--set",
+                value=item,
+                fix=f"use one of {sorted(known)}",
+            )
+        values[key] = _parse_value(raw)
+    return MAIContext(**values)
+
+
+def _csv(raw: str, what: str) -> list[str]:
+    items = [x.strip() for x in raw.split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"{what} is empty", parameter=what, value=raw)
+    return items
+
+
+def _ratios(raw: str | None) -> list[float]:
+    if not raw:
+        return []
+    try:
+        return [float(x) for x in _csv(raw, "--keep-ratios")]
+    except ValueError:
+        raise ConfigError(
+            f"--keep-ratios must be numbers, got {raw!r}",
+            parameter="--keep-ratios",
+            value=raw,
+            fix="e.g. --keep-ratios 0.1,0.5,1",
+        ) from None
+
+
+def _backends(args: argparse.Namespace, samples: Any) -> tuple[Any, Any]:
+    if args.backend in ("simulated", "oracle"):
+        from mai_graph.eval.simulate import SimConfig, simulated_pair
+
+        base = SimConfig.oracle() if args.backend == "oracle" else None
+        return simulated_pair(samples, SimConfig.parse(args.sim, base))
+    if args.sim:
+        raise ConfigError(
+            "--sim applies to --backend simulated or oracle", parameter="--sim", value=args.sim
+        )
+    from mai_graph.cli import _backends as named_backends
+
+    return named_backends(args)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from mai_graph.eval.records import read_records
+    from mai_graph.eval.report import build_report, format_table, write_report
+
+    out = Path(args.out)
+    if not args.report_only:
+        if not args.data:
+            raise ConfigError("--data is required", parameter="--data", fix="give a dataset file")
+        _evaluate(args, out)
+    records = read_records(out)
+    if not records.runs:
+        raise ConfigError(
+            f"no finished runs in {out}", parameter="--out", value=str(out), fix="run eval first"
+        )
+    report = build_report(records)
+    written = write_report(report, out, plots=not args.no_plots)
+    print(format_table(report))
+    print()
+    for problem in records.problems:
+        print(f"records: {problem}", file=sys.stderr)
+    print(f"report: {written['report.md']} (and report.json, {len(written) - 2} plots)")
+    return EXIT_OK
+
+
+def _evaluate(args: argparse.Namespace, out: Path) -> None:
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+    from mai_graph.eval.datasets import load_dataset
+    from mai_graph.eval.runner import arun_eval
+
+    ctx = _context(args)
+    dataset = load_dataset(
+        args.data,
+        format=args.format,
+        image_root=args.image_root,
+        on_bad_row=args.on_bad_row,
+        limit=args.limit,
+    )
+    for problem in dataset.problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    small, large = _backends(args, dataset.samples)
+
+    async def go() -> Any:
+        try:
+            await start_backends(small, large)
+            return await arun_eval(
+                dataset.samples,
+                small,
+                large,
+                out_dir=out,
+                policies=_csv(args.policies, "--policies"),
+                context=ctx,
+                concurrency=args.concurrency,
+                branches=args.branches,
+                keep_ratios=_ratios(args.keep_ratios),
+                progress=not args.no_progress,
+                data=str(dataset.path),
+            )
+        finally:
+            shutdown_backends(small, large)
+
+    summary = asyncio.run(go())
+    print(
+        f"{summary.done} runs done, {summary.skipped} already recorded, "
+        f"{len(dataset.problems)} bad rows skipped ({summary.elapsed_s:.1f} s)",
+        file=sys.stderr,
+    )
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from mai_graph.eval.calibrate import calibrate, context_file
+    from mai_graph.eval.records import read_records
+
+    records = read_records(args.records)
+    result = calibrate(
+        records,
+        target_accuracy=args.target_accuracy,
+        max_transfer_share=args.max_transfer_share,
+        calibration_share=args.calibration_share,
+        confidence=args.confidence,
+        seed=args.seed,
+    )
+    out = Path(args.out) if args.out else Path(args.records) / "calibration"
+    out.mkdir(parents=True, exist_ok=True)
+    data = result.to_dict()
+    plots: dict[str, Path] = {}
+    if not args.no_plots:
+        from mai_graph.eval.plots import plot_calibration
+
+        plots = plot_calibration(data, out)
+    (out / "calibration.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    (out / "calibration.md").write_text(_calibration_md(data, plots), encoding="utf-8")
+    print(_calibration_text(data))
+    if result.chosen is None:
+        print(f"calibration: {out / 'calibration.md'} (no context file written)")
+        return EXIT_ERROR
+    context_path = out / "context.json"
+    context_path.write_text(json.dumps(context_file(result), indent=1) + "\n", encoding="utf-8")
+    print(f"context file: {context_path}")
+    print(f"calibration: {out / 'calibration.md'}")
+    return EXIT_OK
+
+
+def _objective_text(data: dict[str, Any]) -> str:
+    obj = data["objective"]
+    if "target_accuracy" in obj:
+        return f"accuracy >= {obj['target_accuracy']:g}"
+    return f"transfer share <= {obj['max_transfer_share']:g}"
+
+
+def _score_text(s: dict[str, Any]) -> str:
+    gap = s["gap_recovered"]
+    return (
+        f"accuracy {s['accuracy']:.3f}, transfer {100 * s['transfer_share']:.1f}%, "
+        f"large beyond short {100 * s['large_share']:.1f}%, "
+        f"mean {1000 * s['mean_latency_s']:.0f} ms"
+        + ("" if gap is None else f", gap recovered {100 * gap:.1f}%")
+        + f" (n={s['n']})"
+    )
+
+
+def _calibration_text(data: dict[str, Any]) -> str:
+    split = data["split"]
+    lines = [
+        f"objective: {_objective_text(data)} at confidence {data['objective']['confidence']:g}"
+        f" ({split['calibration']} calibration / {split['held_out']} held-out samples, "
+        f"{len(data['curve'])} settings)",
+    ]
+    if data["chosen"] is None:
+        best = max(data["curve"], key=lambda s: s["accuracy"])
+        lines.append(f"no setting meets the objective; the most accurate: {best['label']}: "
+                     f"{_score_text(best)}")  # fmt: skip
+        return "\n".join(lines)
+    lines.append(f"chosen:     {data['chosen']['label']}")
+    lines.append(f"calibration: {_score_text(data['chosen'])}")
+    held = data["held_out"]
+    verdict = "meets" if data["held_out_met"] else "MISSES"
+    lines.append(f"held out:    {_score_text(held)} -> {verdict} the objective")
+    return "\n".join(lines)
+
+
+def _calibration_md(data: dict[str, Any], plots: dict[str, Path]) -> str:
+    lines = ["# MAI calibration", "", "```", _calibration_text(data), "```", ""]
+    lines += [
+        "Settings are replayed from records with every branch; a setting qualifies when the "
+        f"one-sided Wilson bound at confidence {data['objective']['confidence']:g} meets the "
+        "objective on the calibration split.",
+        "",
+        "## Pareto front (calibration split)",
+        "",
+        "| setting | accuracy | gap recovered | transfer | mean ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    pareto = set(data["pareto"])
+    for s in data["curve"]:
+        if s["label"] in pareto:
+            gap = "-" if s["gap_recovered"] is None else f"{100 * s['gap_recovered']:.1f}%"
+            lines.append(
+                f"| {s['label']} | {s['accuracy']:.3f} | {gap} | "
+                f"{100 * s['transfer_share']:.1f}% | {1000 * s['mean_latency_s']:.0f} |"
+            )
+    for title, path in plots.items():
+        lines += ["", f"![{title}]({path.name})"]
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from mai_graph.eval.synthetic import make_synthetic
+
+    path = make_synthetic(args.dir, n=args.n, seed=args.seed, size=args.size)
+    print(f"{args.n} samples: {path}")
+    return EXIT_OK
+
+
+def _add_backend_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--backend",
+        default="fake",
+        choices=_BACKENDS,
+        help="fake: canned offline answers; vllm / transformers: in-process engines; openai: "
+        "OpenAI-compatible servers; simulated / oracle: answers from the dataset's gold "
+        "answers at set accuracies (no model)",
+    )
+    p.add_argument("--small", help="small model: checkpoint path or hub id")
+    p.add_argument("--large", help="large model: checkpoint path or hub id")
+    p.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
+    p.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
+    p.add_argument(
+        "--sim",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="simulated backend setting, e.g. --sim small=0.5 --sim error_correlation=0.8",
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``eval``, ``calibrate`` and ``synth-data`` to ``mai-graph``'s subparsers."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    ev = sub.add_parser(
+        "eval", help="evaluate policies on a dataset (accuracy, latency, routes)",
+        epilog=_EVAL_EPILOG, formatter_class=fmt,
+    )  # fmt: skip
+    ev.add_argument("--data", help="dataset file (JSONL, MMBench TSV, POPE or ChartQA JSON)")
+    ev.add_argument("--format", default="auto", help="auto | jsonl | mmbench | pope | chartqa")
+    ev.add_argument("--image-root", help="folder of relative image paths (default: the file's)")
+    ev.add_argument("--on-bad-row", default="skip", choices=["skip", "fail"])
+    ev.add_argument("--limit", type=int, help="only the first N good samples")
+    ev.add_argument(
+        "--policies",
+        default="mai,small,large,small_cot,large_cot",
+        help="comma-separated subset of mai,small,large,small_cot,large_cot",
+    )
+    ev.add_argument("--concurrency", type=int, default=1, help="runs in flight per policy")
+    ev.add_argument("--out", default="mai-eval", help="report folder (default ./mai-eval)")
+    ev.add_argument(
+        "--branches", action="store_true", help="record every branch of mai runs (calibration)"
+    )
+    ev.add_argument(
+        "--keep-ratios", help="with --branches: more keep ratios to record, e.g. 0.1,0.5"
+    )
+    ev.add_argument("--context", help="context file: a JSON object of MAIContext fields")
+    ev.add_argument("--keep-ratio", type=float, help="share of reasoning kept")
+    ev.add_argument("--cot-max-tokens", type=int, help="reasoning budget")
+    ev.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE",
+        help="any other MAIContext field, e.g. --set gate=agree_confident (repeatable)",
+    )  # fmt: skip
+    _add_backend_flags(ev)
+    ev.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.add_argument(
+        "--report-only", action="store_true", help="rebuild the report from OUT's records"
+    )
+    ev.set_defaults(func=_cmd_eval)
+
+    cal = sub.add_parser(
+        "calibrate", help="pick gate settings offline from recorded branches",
+        epilog=_CALIBRATE_EPILOG, formatter_class=fmt,
+    )  # fmt: skip
+    cal.add_argument("--records", required=True, help="an eval folder (records.jsonl)")
+    goal = cal.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--target-accuracy", type=float, help="least accuracy to keep")
+    goal.add_argument("--max-transfer-share", type=float, help="most runs allowed to transfer")
+    cal.add_argument(
+        "--calibration-share", type=float, default=0.5, help="share used to pick (rest held out)"
+    )
+    cal.add_argument(
+        "--confidence", type=float, default=0.9, help="one-sided confidence (0: point estimate)"
+    )
+    cal.add_argument("--seed", type=int, default=0, help="seed of the split")
+    cal.add_argument("--out", help="output folder (default RECORDS/calibration)")
+    cal.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+    cal.set_defaults(func=_cmd_calibrate)
+
+    syn = sub.add_parser("synth-data", help="draw a synthetic dataset (shapes, bar charts)")
+    syn.add_argument("dir", help="output folder (images/ and data.jsonl)")
+    syn.add_argument("--n", type=int, default=50, help="number of samples")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--size", type=int, default=128, help="image side in pixels")
+    syn.set_defaults(func=_cmd_synth)

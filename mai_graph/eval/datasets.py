@@ -1,0 +1,558 @@
+"""Evaluation datasets from local files, read into one :class:`Sample` type.
+
+Four formats (nothing is downloaded):
+
+- ``jsonl``: mai-graph's own format, one JSON object per line::
+
+      {"id": "q1", "image": "images/q1.png", "question": "Which shape is red?",
+       "options": {"A": "circle", "B": "square"}, "answer": "B", "kind": "choice"}
+
+  ``image`` is a path (relative to the file's folder, or ``image_root``) or a
+  ``data:image/...;base64,`` URL; ``image_base64`` holds bare base64 instead. ``kind`` is
+  ``choice``, ``yes_no``, ``number`` or ``text`` (inferred when absent: options make a choice,
+  yes/no answers a yes_no, numbers a number, anything else text). ``options`` is a mapping
+  letter → text (a list is lettered A, B, ...). ``id`` defaults to the line number. Other
+  fields are kept as the sample's ``meta``.
+- ``mmbench``: MMBench-style TSV: ``index``, ``question``, optional ``hint``, option columns
+  ``A`` .. ``D`` (blank cells dropped), ``answer``, ``image`` (base64, or the ``index`` of the
+  row holding the image), optional ``category`` / ``l2-category`` / ``split``.
+- ``pope``: POPE-style yes/no questions, JSON lines or a JSON array of
+  ``{"question_id", "image", "text", "label"}`` (``question`` / ``answer`` also accepted).
+- ``chartqa``: ChartQA-style JSON array of ``{"imgname", "query", "label"}``; images are read
+  from ``png/`` next to the file when that folder exists.
+
+Bad rows (missing image, unknown kind, unreadable answer, duplicate id, ...) are reported with
+their line (or item) number; ``on_bad_row="skip"`` drops them, ``"fail"`` raises one
+:class:`~mai_graph.errors.ConfigError` listing them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+from mai_graph.answers import canonical_gold, normalize_options
+from mai_graph.errors import ConfigError, MAIError
+
+__all__ = [
+    "FORMATS",
+    "Dataset",
+    "Format",
+    "OnBadRow",
+    "RowProblem",
+    "Sample",
+    "SampleKind",
+    "load_dataset",
+]
+
+SampleKind = Literal["choice", "yes_no", "number", "text"]
+"""The kind of a sample's answer; it decides how the answer is read and scored.
+
+- ``choice``: an option letter; accuracy (an unreadable answer is wrong).
+- ``yes_no``: yes or no; POPE metrics (accuracy, precision, recall, F1, yes-ratio).
+- ``number``: ChartQA relaxed accuracy (within 5%; years exact).
+- ``text``: exact match after VQA normalization.
+"""
+
+Format = Literal["auto", "jsonl", "mmbench", "pope", "chartqa"]
+"""A dataset file format; ``auto`` decides by extension and the first record's fields."""
+
+FORMATS: tuple[str, ...] = get_args(Format)
+
+OnBadRow = Literal["skip", "fail"]
+"""What a bad row does: ``skip`` (reported, dropped) or ``fail`` (the load raises)."""
+
+_KINDS = get_args(SampleKind)
+_NUMERIC = re.compile(r"^\s*[-+−]?\$?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?\s*%?\s*$")
+_DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
+_LETTER_COLUMN = re.compile(r"^[A-Z]$")
+_MAGIC = (
+    (b"\x89PNG", "png"),
+    (b"\xff\xd8", "jpeg"),
+    (b"GIF8", "gif"),
+    (b"BM", "bmp"),
+    (b"RIFF", "webp"),
+)
+
+
+class Sample(BaseModel):
+    """One evaluation question with its gold answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    """Unique within the dataset; records and reports are keyed by it."""
+    question: str
+    kind: SampleKind
+    answer: str
+    """The gold answer as the dataset gives it (an option letter for ``choice``)."""
+    image: str | None = None
+    """An image file path or a ``data:image/...;base64,`` URL."""
+    options: dict[str, str] | None = None
+    """Option letter → text, for ``choice``."""
+    meta: dict[str, Any] = {}
+    """Other fields of the row (category, split, ...), kept for breakdowns."""
+
+    def graph_input(self) -> dict[str, Any]:
+        """The MAI graph's input for this sample (every input key written)."""
+        return {"question": self.question, "image": self.image, "options": self.options}
+
+    def digest(self) -> str:
+        """A short hash of what the sample asks and expects (to tell datasets apart)."""
+        payload = json.dumps(
+            [self.question, self.kind, self.answer, self.options, self.image], sort_keys=True
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A row that could not be read."""
+
+    source: str
+    """The dataset file."""
+    location: int
+    """1-based line number (``unit="line"``) or position in a JSON array (``unit="item"``)."""
+    message: str
+    unit: Literal["line", "item"] = "line"
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.unit} {self.location}: {self.message}"
+
+
+@dataclass
+class Dataset:
+    """What :func:`load_dataset` read: the good samples and the bad rows."""
+
+    path: Path
+    format: str
+    samples: list[Sample]
+    problems: list[RowProblem] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+class _BadRow(Exception):
+    """Internal: one row is unusable (message only; the caller adds the location)."""
+
+
+def load_dataset(
+    path: str | Path,
+    *,
+    format: Format = "auto",
+    image_root: str | Path | None = None,
+    on_bad_row: OnBadRow = "skip",
+    limit: int | None = None,
+) -> Dataset:
+    r"""Read a dataset file into samples; bad rows are reported with their location.
+
+    Args:
+        path: The dataset file.
+        format: One of :data:`Format`.
+        image_root: Folder that relative image paths are read from (default: the file's
+            folder, or its ``png/`` subfolder for ChartQA).
+        on_bad_row: ``skip`` bad rows (listed in ``Dataset.problems``) or ``fail``.
+        limit: Keep only the first ``limit`` good samples.
+
+    Returns:
+        The :class:`Dataset`.
+
+    Raises:
+        ConfigError: Unknown format or flag, a missing file, no usable rows, or any bad row
+            with ``on_bad_row="fail"``.
+
+    Example:
+        >>> import json, pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> rows = [{"id": "a", "question": "Is it?", "answer": "yes"},
+        ...         {"id": "b", "question": "How many?", "answer": "3", "kind": "count"}]
+        >>> _ = (folder / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        >>> data = load_dataset(folder / "d.jsonl")
+        >>> [(s.id, s.kind) for s in data.samples], data.problems[0].location
+        ([('a', 'yes_no')], 2)
+    """
+    if format not in FORMATS:
+        raise ConfigError(
+            f"format must be one of {list(FORMATS)}, got {format!r}",
+            parameter="format",
+            value=format,
+            fix="pick a format, or auto to detect it",
+        )
+    if on_bad_row not in get_args(OnBadRow):
+        raise ConfigError(
+            f"on_bad_row must be skip or fail, got {on_bad_row!r}",
+            parameter="on_bad_row",
+            value=on_bad_row,
+        )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be a positive integer, got {limit!r}", parameter="limit")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(
+            f"dataset file not found: {file}",
+            parameter="data",
+            value=str(file),
+            fix="give the path of a local JSONL, TSV or JSON file",
+        )
+    fmt = _detect(file) if format == "auto" else format
+    root = Path(image_root).expanduser() if image_root is not None else _default_root(file, fmt)
+    reader = {
+        "jsonl": _read_jsonl,
+        "mmbench": _read_mmbench,
+        "pope": _read_pope,
+        "chartqa": _read_chartqa,
+    }[fmt]
+    samples: list[Sample] = []
+    problems: list[RowProblem] = []
+    seen: set[str] = set()
+    unit: Literal["line", "item"] = "item" if _is_json_array(file) else "line"
+    for location, row in reader(file, root):
+        try:
+            if isinstance(row, _BadRow):
+                raise row
+            if row.id in seen:
+                raise _BadRow(f"duplicate id {row.id!r}")
+        except _BadRow as exc:
+            problems.append(RowProblem(str(file), location, str(exc), unit))
+            continue
+        seen.add(row.id)
+        samples.append(row)
+        if limit is not None and len(samples) >= limit:
+            break
+    if problems and on_bad_row == "fail":
+        shown = "\n  ".join(str(p) for p in problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ConfigError(
+            f"{len(problems)} bad row(s) in {file}:\n  {shown}{more}\n",
+            parameter="data",
+            value=str(file),
+            fix="fix the rows, or skip them (--on-bad-row skip)",
+        )
+    if not samples:
+        raise ConfigError(
+            f"no usable samples in {file} ({len(problems)} bad rows)",
+            parameter="data",
+            value=str(file),
+            fix="check the file's format (--format) and its rows",
+        )
+    return Dataset(file, fmt, samples, problems)
+
+
+# --- format detection --------------------------------------------------------------------
+
+
+def _is_json_array(file: Path) -> bool:
+    with file.open("rb") as fh:
+        head = fh.read(64).lstrip()
+    return head.startswith(b"[")
+
+
+def _detect(file: Path) -> str:
+    if file.suffix.lower() in (".tsv", ".tab"):
+        return "mmbench"
+    first = _first_record(file)
+    if first is None:
+        return "jsonl"
+    keys = set(first)
+    if {"imgname", "query"} <= keys:
+        return "chartqa"
+    if {"text", "label"} <= keys or ("question_id" in keys and "label" in keys):
+        return "pope"
+    return "jsonl"
+
+
+def _first_record(file: Path) -> dict[str, Any] | None:
+    if _is_json_array(file):
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return data[0] if data and isinstance(data[0], dict) else None
+    with file.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return None
+                return obj if isinstance(obj, dict) else None
+    return None
+
+
+def _default_root(file: Path, fmt: str) -> Path:
+    if fmt == "chartqa" and (file.parent / "png").is_dir():
+        return file.parent / "png"
+    return file.parent
+
+
+# --- shared row checks -------------------------------------------------------------------
+
+
+def _text(value: Any, name: str) -> str:
+    if isinstance(value, bool) or value is None:
+        raise _BadRow(f"missing {name}")
+    if isinstance(value, int | float):
+        value = str(int(value)) if float(value).is_integer() else str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise _BadRow(f"missing {name}")
+    return value.strip()
+
+
+def _infer_kind(answer: str, options: Mapping[str, str] | None) -> str:
+    """The kind a row without one most likely has.
+
+    >>> _infer_kind("Yes", None), _infer_kind("1,200", None), _infer_kind("red", None)
+    ('yes_no', 'number', 'text')
+    """
+    if options:
+        return "choice"
+    if answer.strip().lower() in ("yes", "no"):
+        return "yes_no"
+    if _NUMERIC.match(answer) and any(c.isdigit() for c in answer):
+        return "number"
+    return "text"
+
+
+def _image_from_path(value: str, root: Path) -> str:
+    if _DATA_URL.match(value):
+        return _checked_data_url(value)
+    file = Path(value).expanduser()
+    if not file.is_absolute():
+        file = root / file
+    if not file.is_file():
+        raise _BadRow(f"missing image: {file} not found")
+    return str(file.resolve())
+
+
+def _checked_data_url(url: str) -> str:
+    match = _DATA_URL.match(url)
+    assert match is not None
+    _decode(url[match.end() :])
+    return url
+
+
+def _decode(b64: str) -> bytes:
+    try:
+        data = base64.b64decode("".join(b64.split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _BadRow(f"image is not valid base64 ({exc})") from None
+    if not data:
+        raise _BadRow("missing image: empty base64")
+    return data
+
+
+def _image_from_base64(b64: str) -> str:
+    data = _decode(b64)
+    kind = next((name for magic, name in _MAGIC if data.startswith(magic)), None)
+    if kind is None:
+        raise _BadRow("image base64 does not decode to a PNG, JPEG, GIF, BMP or WebP file")
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _sample(
+    *,
+    id: str,
+    question: Any,
+    answer: Any,
+    kind: Any = None,
+    options: Any = None,
+    image: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Sample:
+    """Validate one row's fields into a :class:`Sample` (raises :class:`_BadRow`)."""
+    q = _text(question, "question")
+    gold = _text(answer, "answer")
+    try:
+        opts = normalize_options(options)
+    except MAIError as exc:
+        raise _BadRow(f"bad options: {exc}") from None
+    if kind is None:
+        kind = _infer_kind(gold, opts)
+    if kind not in _KINDS:
+        raise _BadRow(f"unknown kind {kind!r}; kinds are {list(_KINDS)}")
+    if kind == "choice" and not opts:
+        raise _BadRow("kind choice needs options")
+    if kind != "choice" and opts:
+        raise _BadRow(f"options given but kind is {kind}")
+    try:
+        canonical_gold(gold, kind, opts)
+    except MAIError as exc:
+        raise _BadRow(f"answer {gold!r} cannot be read as {kind}: {exc}") from None
+    return Sample(
+        id=id, question=q, kind=kind, answer=gold, image=image, options=opts, meta=meta or {}
+    )
+
+
+# --- readers: each yields (location, Sample | _BadRow) ------------------------------------
+
+_Row = tuple[int, "Sample | _BadRow"]
+_JSONL_FIELDS = {"id", "question", "answer", "kind", "options", "image", "image_base64", "meta"}
+
+
+def _json_lines(file: Path) -> Iterator[tuple[int, Any]]:
+    with file.open(encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield number, _BadRow(f"not valid JSON ({exc.msg})")
+
+
+def _json_records(file: Path) -> Iterator[tuple[int, Any]]:
+    if not _is_json_array(file):
+        yield from _json_lines(file)
+        return
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{file} is not valid JSON ({exc})", parameter="data", value=str(file)
+        ) from None
+    yield from enumerate(data, start=1)
+
+
+def _rows(records: Iterator[tuple[int, Any]], build: Any) -> Iterator[_Row]:
+    for location, obj in records:
+        if isinstance(obj, _BadRow):
+            yield location, obj
+            continue
+        if not isinstance(obj, dict):
+            yield location, _BadRow(f"expected a JSON object, got {type(obj).__name__}")
+            continue
+        try:
+            yield location, build(location, obj)
+        except _BadRow as exc:
+            yield location, exc
+
+
+def _read_jsonl(file: Path, root: Path) -> Iterator[_Row]:
+    def build(line: int, obj: dict[str, Any]) -> Sample:
+        if obj.get("image") is not None and obj.get("image_base64") is not None:
+            raise _BadRow("give image or image_base64, not both")
+        image = None
+        if obj.get("image") is not None:
+            image = _image_from_path(_text(obj["image"], "image"), root)
+        elif obj.get("image_base64") is not None:
+            image = _image_from_base64(_text(obj["image_base64"], "image_base64"))
+        meta = dict(obj.get("meta") or {})
+        meta.update({k: v for k, v in obj.items() if k not in _JSONL_FIELDS})
+        return _sample(
+            id=_text(obj.get("id", f"line-{line}"), "id"),
+            question=obj.get("question"),
+            answer=obj.get("answer"),
+            kind=obj.get("kind"),
+            options=obj.get("options"),
+            image=image,
+            meta=meta,
+        )
+
+    return _rows(_json_lines(file), build)
+
+
+def _read_pope(file: Path, root: Path) -> Iterator[_Row]:
+    def build(location: int, obj: dict[str, Any]) -> Sample:
+        image = obj.get("image") or obj.get("image_path")
+        return _sample(
+            id=_text(obj.get("question_id", obj.get("id", location)), "question_id"),
+            question=obj.get("text", obj.get("question")),
+            answer=obj.get("label", obj.get("answer")),
+            kind="yes_no",
+            image=_image_from_path(_text(image, "image"), root),
+            meta={k: obj[k] for k in ("category", "source") if k in obj},
+        )
+
+    return _rows(_json_records(file), build)
+
+
+def _read_chartqa(file: Path, root: Path) -> Iterator[_Row]:
+    def build(location: int, obj: dict[str, Any]) -> Sample:
+        name = _text(obj.get("imgname"), "imgname")
+        return _sample(
+            id=_text(obj.get("id", f"{Path(name).stem}-{location}"), "id"),
+            question=obj.get("query"),
+            answer=obj.get("label"),
+            image=_image_from_path(name, root),
+        )
+
+    return _rows(_json_records(file), build)
+
+
+def _read_mmbench(file: Path, root: Path) -> Iterator[_Row]:
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with file.open(encoding="utf-8", errors="replace", newline="") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        header = reader.fieldnames or []
+        missing = [c for c in ("index", "question", "answer") if c not in header]
+        if missing:
+            raise ConfigError(
+                f"{file} lacks MMBench columns {missing} (has {header})",
+                parameter="data",
+                value=str(file),
+                fix="give a TSV with index, question, A..D, answer and image columns",
+            )
+        letters = [c for c in header if _LETTER_COLUMN.match(c)]
+        rows: list[tuple[int, dict[str, str]]] = []
+        start = 2
+        for row in reader:
+            rows.append((start, row))
+            start = reader.line_num + 1
+    images = {
+        (row.get("index") or "").strip(): (row.get("image") or "").strip()
+        for _, row in rows
+        if len((row.get("image") or "").strip()) > 64
+    }
+    for line, row in rows:
+        try:
+            yield line, _mmbench_row(row, letters, images, root)
+        except _BadRow as exc:
+            yield line, exc
+
+
+def _blank(value: str | None) -> bool:
+    return value is None or value.strip() == "" or value.strip().lower() == "nan"
+
+
+def _mmbench_row(
+    row: dict[str, str], letters: list[str], images: dict[str, str], root: Path
+) -> Sample:
+    index = _text(row.get("index"), "index")
+    options = {c: row[c].strip() for c in letters if not _blank(row.get(c))}
+    question = _text(row.get("question"), "question")
+    if not _blank(row.get("hint")):
+        question = f"Hint: {row['hint'].strip()}\n{question}"
+    raw = (row.get("image") or "").strip()
+    image: str
+    if not _blank(row.get("image_path")):
+        image = _image_from_path(row["image_path"].strip(), root)
+    elif len(raw) > 64:
+        image = _image_from_base64(raw)
+    elif raw and raw in images:  # a reference to the row that holds the image
+        image = _image_from_base64(images[raw])
+    else:
+        raise _BadRow("missing image" + (f" (no row with index {raw!r})" if raw else ""))
+    meta = {
+        k: row[k].strip() for k in ("category", "l2-category", "split") if not _blank(row.get(k))
+    }
+    return _sample(
+        id=index,
+        question=question,
+        answer=row.get("answer"),
+        kind="choice",
+        options=options,
+        image=image,
+        meta=meta,
+    )

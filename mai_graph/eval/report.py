@@ -1,0 +1,459 @@
+"""The evaluation report: ``report.json``, ``report.md``, PNG plots and the printed table.
+
+Everything is computed from ``records.jsonl`` alone (the completion lines carry the gold
+answers), so a report can be rebuilt at any time without a model:
+
+- per policy: accuracy (mean of per-sample verdicts) and the metrics of each answer kind,
+  latency (critical path, see :mod:`mai_graph.eval.replay`; mean / p50 / p95), wall time,
+  generated tokens per model, the share of runs in which the large model did more than its
+  short answer, route shares, and the speedup of mean latency against ``large_cot``;
+- per route: share, measured mean latency, and a ``predicted_latency_s`` slot a latency model
+  fills (``null`` until one is given);
+- cost-quality: the share of the weak→strong accuracy gap MAI recovers against the share of
+  runs that needed the transfer step, and the same for every replayable setting (a curve);
+- per sample: route, answer, canonical prediction, gold and verdict, to audit the scores.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mai_graph.answers import canonical_gold
+from mai_graph.context import MAIContext
+from mai_graph.eval.calibrate import pareto_front, score_setting, settings_grid
+from mai_graph.eval.records import RecordSet, SampleRun
+from mai_graph.eval.replay import Branches, Outcome, outcome
+from mai_graph.eval.scorers import METRIC_NAMES, kind_metrics, score
+
+__all__ = [
+    "LatencyModel",
+    "build_report",
+    "format_table",
+    "quantile",
+    "report_markdown",
+    "write_report",
+]
+
+LatencyModel = Callable[[str, Sequence[Outcome]], float | None]
+"""Predicts a route's latency from its runs (``route, outcomes -> seconds``), or None."""
+
+ROUTE_ORDER = (
+    "agree",
+    "large_confident",
+    "extract_agree",
+    "transfer",
+    "small",
+    "large",
+    "small_cot",
+    "large_cot",
+    "human",
+)
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (numpy's default), None for no values.
+
+    >>> quantile([1, 2, 3, 4], 0.5), quantile([1, 2, 3, 4], 0.95)
+    (2.5, 3.85)
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _base_context(records: RecordSet) -> MAIContext:
+    if not records.sessions:
+        return MAIContext()
+    known = set(MAIContext.model_fields)
+    return MAIContext(**{k: v for k, v in records.sessions[0].context.items() if k in known})
+
+
+def _verdict_row(run: SampleRun, out: Outcome) -> dict[str, Any]:
+    rec = run.record
+    verdict = score(out.answer, rec.gold, rec.kind, rec.options)
+    return {
+        "id": rec.sample,
+        "policy": rec.policy,
+        "route": out.route,
+        "answer": out.answer,
+        "prediction": verdict.prediction,
+        "gold": rec.gold,
+        "gold_canonical": canonical_gold(rec.gold, rec.kind, rec.options),
+        "kind": rec.kind,
+        "correct": verdict.correct,
+        "latency_s": out.latency_s,
+        "replayed": rec.branches,
+    }
+
+
+def _policy_summary(
+    rows: list[dict[str, Any]], outs: list[Outcome], latency_model: LatencyModel | None
+) -> dict[str, Any]:
+    n = len(rows)
+    latencies = [o.latency_s for o in outs]
+    walls = [o.wall_s for o in outs if o.wall_s is not None]
+    by_route: dict[str, list[Outcome]] = {}
+    for o in outs:
+        by_route.setdefault(o.route, []).append(o)
+    routes = {}
+    for route in sorted(by_route, key=lambda r: (ROUTE_ORDER + (r,)).index(r)):
+        group = by_route[route]
+        routes[route] = {
+            "n": len(group),
+            "share": len(group) / n,
+            "mean_latency_s": _mean([o.latency_s for o in group]),
+            "predicted_latency_s": latency_model(route, group) if latency_model else None,
+        }
+    return {
+        "n": n,
+        "accuracy": sum(r["correct"] for r in rows) / n,
+        "by_kind": kind_metrics(rows),
+        "latency_s": {
+            "mean": _mean(latencies),
+            "p50": quantile(latencies, 0.5),
+            "p95": quantile(latencies, 0.95),
+        },
+        "wall_s": {"mean": _mean(walls), "p50": quantile(walls, 0.5)} if walls else None,
+        "generated_tokens": {
+            role: _mean([o.generated.get(role, 0) for o in outs]) for role in ("small", "large")
+        },
+        "prompt_tokens": {
+            role: _mean([o.prompt.get(role, 0) for o in outs]) for role in ("small", "large")
+        },
+        "large_beyond_short": sum(o.large_beyond_short for o in outs) / n,
+        "routes": routes,
+        "replayed": any(r["replayed"] for r in rows),
+    }
+
+
+def _accuracy_on(rows: list[dict[str, Any]], ids: set[str]) -> float | None:
+    picked = [r["correct"] for r in rows if r["id"] in ids]
+    return sum(picked) / len(picked) if picked else None
+
+
+def _cost_quality(
+    records: RecordSet,
+    rows: dict[str, list[dict[str, Any]]],
+    summaries: dict[str, dict[str, Any]],
+    base: MAIContext,
+) -> dict[str, Any] | None:
+    if "mai" not in rows:
+        return None
+    strong = "large_cot" if "large_cot" in rows else "large" if "large" in rows else None
+    weak = "small" if "small" in rows else None
+    out: dict[str, Any] = {"weak": weak, "strong": strong}
+    common = {r["id"] for r in rows["mai"]}
+    for p in (weak, strong):
+        if p is not None:
+            common &= {r["id"] for r in rows[p]}
+    out["n"] = len(common)
+    refs = None
+    if weak and strong and common:
+        w, s = _accuracy_on(rows[weak], common), _accuracy_on(rows[strong], common)
+        out["accuracy"] = {weak: w, strong: s, "mai": _accuracy_on(rows["mai"], common)}
+        if w is not None and s is not None and abs(s - w) > 1e-12:
+            refs = (w, s)
+            mai = out["accuracy"]["mai"]
+            out["gap_recovered"] = (mai - w) / (s - w)
+    transfer = summaries["mai"]["routes"].get("transfer", {}).get("share", 0.0)
+    out["transfer_share"] = transfer
+    out["large_beyond_short"] = summaries["mai"]["large_beyond_short"]
+    out.setdefault("gap_recovered", None)
+    runs = [r for r in records.of("mai") if r.record.branches and r.record.sample in common]
+    curve: list[dict[str, Any]] = []
+    if runs:
+        branches = [Branches.of(r) for r in runs]
+        scores = [
+            score_setting(branches, s, base, references=refs) for s in settings_grid(branches)
+        ]
+        front = {id(s) for s in pareto_front(scores)}
+        curve = [{**s.to_dict(), "pareto": id(s) in front} for s in scores]
+    out["curve"] = curve
+    return out
+
+
+def build_report(
+    records: RecordSet,
+    *,
+    latency_model: LatencyModel | None = None,
+    policies: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Compute the report from records (no model calls).
+
+    Args:
+        records: What :func:`~mai_graph.eval.records.read_records` returned.
+        latency_model: Fills each route's ``predicted_latency_s`` (e.g. a fitted latency
+            model); without one they stay ``null``.
+        policies: Report only these (default: every policy in the records).
+
+    Returns:
+        The report as a JSON-ready dict (the content of ``report.json``).
+    """
+    base = _base_context(records)
+    chosen = list(policies) if policies is not None else records.policies()
+    rows: dict[str, list[dict[str, Any]]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for policy in chosen:
+        runs = records.of(policy)
+        if not runs:
+            continue
+        outs = [outcome(run, base.replace(policy=policy)) for run in runs]
+        rows[policy] = [_verdict_row(run, o) for run, o in zip(runs, outs)]
+        summaries[policy] = _policy_summary(rows[policy], outs, latency_model)
+    reference = summaries.get("large_cot", {}).get("latency_s", {}).get("mean")
+    for summary in summaries.values():
+        mean = summary["latency_s"]["mean"]
+        summary["speedup_vs_large_cot"] = reference / mean if reference and mean else None
+    session = records.sessions[-1] if records.sessions else None
+    return {
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "records": str(records.path),
+        "data": session.data if session else None,
+        "models": session.models if session else {},
+        "context": base.model_dump(),
+        "branches": any(s["replayed"] for s in summaries.values()),
+        "mai_settings": {
+            k: getattr(base, k)
+            for k in ("gate", "gate_min_prob", "s2_exit", "large_confident_exit", "keep_ratio")
+        },
+        "policies": summaries,
+        "cost_quality": _cost_quality(records, rows, summaries, base),
+        "latency_model": getattr(latency_model, "__name__", None) if latency_model else None,
+        "problems": list(records.problems),
+        "samples": [row for policy in rows for row in rows[policy]],
+    }
+
+
+# --- text ------------------------------------------------------------------------------------
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+_COLUMNS = (
+    "policy", "n", "accuracy", "mean ms", "p50 ms", "p95 ms", "small tok", "large tok",
+    "large>short", "speedup",
+)  # fmt: skip
+
+
+def _table_rows(report: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for policy, s in report["policies"].items():
+        speedup = s["speedup_vs_large_cot"]
+        out.append(
+            [
+                policy + (" *" if s["replayed"] else ""),
+                str(s["n"]),
+                f"{s['accuracy']:.3f}",
+                _ms(s["latency_s"]["mean"]),
+                _ms(s["latency_s"]["p50"]),
+                _ms(s["latency_s"]["p95"]),
+                _num(s["generated_tokens"]["small"]),
+                _num(s["generated_tokens"]["large"]),
+                _pct(s["large_beyond_short"]),
+                "-" if speedup is None else f"{speedup:.2f}x",
+            ]
+        )
+    return out
+
+
+def _route_line(summary: dict[str, Any]) -> str:
+    return " · ".join(
+        f"{route} {_pct(r['share'])} ({_ms(r['mean_latency_s'])} ms)"
+        for route, r in summary["routes"].items()
+    )
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as the plain-text table ``mai-graph eval`` prints."""
+    rows = [list(_COLUMNS), *_table_rows(report)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    lines = []
+    for j, row in enumerate(rows):
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    mai = report["policies"].get("mai")
+    if mai is not None:
+        lines.append("")
+        lines.append(f"mai routes: {_route_line(mai)}")
+    cq = report.get("cost_quality")
+    if cq and cq.get("gap_recovered") is not None:
+        lines.append(
+            f"gap recovered ({cq['weak']} -> {cq['strong']}): {_pct(cq['gap_recovered'])} "
+            f"with {_pct(cq['transfer_share'])} of runs transferring"
+        )
+    if any(s["replayed"] for s in report["policies"].values()):
+        lines.append("* replayed from records with every branch under the context's gate settings")
+    lines.append("latency: critical-path model time per run (the verification calls overlap)")
+    lines.append(
+        "large>short: runs where the large model did more than its short answer; "
+        "speedup: mean latency vs large_cot"
+    )
+    return "\n".join(lines)
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "| " + " | ".join(header) + " |"
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"
+    return "\n".join([head, rule, *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None) -> str:
+    """The report as Markdown (``report.md``)."""
+    models = report.get("models") or {}
+    lines = [
+        "# MAI evaluation report",
+        "",
+        f"- data: `{report.get('data')}`",
+        f"- models: small `{models.get('small')}`, large `{models.get('large')}`",
+        f"- MAI gate settings: `{json.dumps(report['mai_settings'])}`",
+        f"- created: {report['created']}",
+        "",
+        "## Policies",
+        "",
+        _md_table(_COLUMNS, _table_rows(report)),
+        "",
+        "Latency is the critical-path model time per run (the two verification calls overlap); "
+        "`large>short` is the share of runs in which the large model did more than its short "
+        "answer; speedup is mean latency against `large_cot`.",
+    ]
+    if report["branches"]:
+        lines += [
+            "Policies marked `*` were recorded with every branch and are replayed under the "
+            "gate settings above.",
+        ]
+    lines += ["", "## Metrics by answer kind", ""]
+    kind_rows = []
+    for policy, s in report["policies"].items():
+        for kind, m in s["by_kind"].items():
+            extra = ""
+            if kind == "yes_no":
+                extra = (
+                    f"P {m['precision']:.3f} · R {m['recall']:.3f} · F1 {m['f1']:.3f} · "
+                    f"yes {_pct(m['yes_ratio'])}"
+                )
+            headline = m[METRIC_NAMES.get(kind, "accuracy")]
+            kind_rows.append(
+                [policy, kind, str(m["n"]), f"{METRIC_NAMES.get(kind)} {headline:.3f}",
+                 _pct(m["unknown_ratio"]), extra]
+            )  # fmt: skip
+    lines.append(_md_table(["policy", "kind", "n", "metric", "unreadable", "POPE"], kind_rows))
+    lines += ["", "## Routes", ""]
+    route_rows = []
+    for policy, s in report["policies"].items():
+        for route, r in s["routes"].items():
+            predicted = r["predicted_latency_s"]
+            route_rows.append(
+                [policy, route, str(r["n"]), _pct(r["share"]), _ms(r["mean_latency_s"]),
+                 _ms(predicted)]
+            )  # fmt: skip
+    lines.append(
+        _md_table(["policy", "route", "n", "share", "measured ms", "predicted ms"], route_rows)
+    )
+    lines += [
+        "",
+        "`predicted ms` is filled when a latency model is given (`-` until then).",
+    ]
+    cq = report.get("cost_quality")
+    if cq:
+        lines += ["", "## Cost and quality", ""]
+        if cq.get("gap_recovered") is not None:
+            lines.append(
+                f"On the {cq['n']} samples every compared policy finished, MAI recovers "
+                f"**{_pct(cq['gap_recovered'])}** of the accuracy gap from `{cq['weak']}` "
+                f"({cq['accuracy'][cq['weak']]:.3f}) to `{cq['strong']}` "
+                f"({cq['accuracy'][cq['strong']]:.3f}), with {_pct(cq['transfer_share'])} of "
+                f"runs needing the transfer step and {_pct(cq['large_beyond_short'])} using "
+                "the large model beyond its short answer."
+            )
+        else:
+            lines.append(
+                "The gap recovered needs `small` and `large_cot` (or `large`) runs on the same "
+                "samples, with different accuracies."
+            )
+        if cq["curve"]:
+            front = [c for c in cq["curve"] if c["pareto"]]
+            lines += [
+                "",
+                f"{len(cq['curve'])} replayable settings; the Pareto front (accuracy vs "
+                "transfer share):",
+                "",
+                _md_table(
+                    ["setting", "accuracy", "gap recovered", "transfer", "mean ms"],
+                    [
+                        [
+                            c["label"],
+                            f"{c['accuracy']:.3f}",
+                            _pct(c["gap_recovered"]),
+                            _pct(c["transfer_share"]),
+                            _ms(c["mean_latency_s"]),
+                        ]
+                        for c in front
+                    ],
+                ),  # fmt: skip
+            ]
+    if plots:
+        lines += ["", "## Plots", ""]
+        for title, name in plots.items():
+            lines.append(f"![{title}]({name})")
+    if report["problems"]:
+        lines += ["", "## Records skipped", ""]
+        lines += [f"- {p}" for p in report["problems"]]
+    lines += [
+        "",
+        "Per-sample verdicts are in `report.json` (`samples`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(
+    report: dict[str, Any], out_dir: str | Path, *, plots: bool = True
+) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and (with matplotlib) the PNG plots.
+
+    Returns:
+        The written files by name.
+    """
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    images: dict[str, str] = {}
+    if plots:
+        from mai_graph.eval.plots import plot_report
+
+        for title, path in plot_report(report, folder).items():
+            images[title] = path.name
+            written[path.name] = path
+    report = {**report, "plots": images}
+    path = folder / "report.json"
+    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    written["report.json"] = path
+    md = folder / "report.md"
+    md.write_text(report_markdown(report, images), encoding="utf-8")
+    written["report.md"] = md
+    return written

@@ -1,0 +1,437 @@
+"""Run policies over a dataset, recording every generation; resume where an earlier run stopped.
+
+Each (policy, sample) pair is one run of the MAI graph with ``policy`` and the sample's answer
+kind set in the context. Policies run one after the other (so each one's latency is measured
+under its own load); within a policy up to ``concurrency`` samples run at once. A finished
+run is appended to ``records.jsonl`` at once (see :mod:`mai_graph.eval.records`); on a new
+call with the same folder, finished runs are skipped.
+
+With ``branches=True`` the ``mai`` policy runs with ``gate="never"`` and ``s2_exit=False``, so
+every sample records both short answers (with probabilities), the reasoning, the S2 answer and
+the transfer answer; reports and calibration then replay any gate setting offline. Extra
+``keep_ratios`` record one more transfer answer each, forked from the run's checkpoint after
+the S2 turn (reasoning is not redone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_type_hints
+
+from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.context import MAIContext, Policy
+from mai_graph.errors import ConfigError
+from mai_graph.eval.datasets import Sample
+from mai_graph.eval.records import (
+    CallRecord,
+    RecordWriter,
+    SampleRecord,
+    SessionRecord,
+    read_records,
+)
+from mai_graph.eval.replay import ratio_key
+from mai_graph.eval.scorers import score
+from mai_graph.loop import run_sync
+from mai_graph.state import MAIState
+
+__all__ = ["BRANCH_SETTINGS", "POLICIES", "RunSummary", "arun_eval", "run_eval"]
+
+POLICIES: tuple[str, ...] = get_args(Policy)
+"""Every policy: ``mai`` and the baselines."""
+
+BRANCH_SETTINGS: dict[str, Any] = {"gate": "never", "s2_exit": False, "large_confident_exit": None}
+"""Context settings of ``mai`` runs that record every branch."""
+
+# Settings that must not change between the sessions of one records folder.
+_COMPARED = ("context", "branches", "keep_ratios", "models")
+
+# Text and canonical answer of each call, by (node, role), read from the graph's final state.
+_TEXT_KEYS = {
+    ("verify", "small"): ("small_answer", "small_canonical"),
+    ("verify", "large"): ("large_answer", "large_canonical"),
+    ("reason", "small"): ("reasoning", None),
+    ("reason", "large"): ("reasoning", None),
+    ("extract", "small"): ("s2_answer", "s2_canonical"),
+    ("extract", "large"): ("s2_answer", "s2_canonical"),
+    ("answer", "large"): ("answer", "canonical"),
+}
+
+
+@dataclass
+class RunSummary:
+    """What :func:`arun_eval` did."""
+
+    out_dir: Path
+    done: int = 0
+    """Runs finished in this call."""
+    skipped: int = 0
+    """Runs found finished in the records (not redone)."""
+    problems: list[str] = field(default_factory=list)
+    """Lines of the records that were ignored (e.g. a partial line after a crash)."""
+    elapsed_s: float = 0.0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mai-graph")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _check_policies(policies: Sequence[str]) -> list[str]:
+    out = list(dict.fromkeys(policies))
+    bad = [p for p in out if p not in POLICIES]
+    if bad or not out:
+        raise ConfigError(
+            f"policies must be among {list(POLICIES)}, got {list(policies)}",
+            parameter="policies",
+            value=list(policies),
+            fix="e.g. --policies mai,small,large,small_cot,large_cot",
+        )
+    return out
+
+
+def _check_ratios(ratios: Sequence[float], base: float) -> list[float]:
+    out: list[float] = [ratio_key(base)]  # type: ignore[list-item]
+    for r in ratios:
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0 < r <= 1:
+            raise ConfigError(
+                f"keep ratios must be in (0, 1], got {r!r}", parameter="keep_ratios", value=r
+            )
+        key = ratio_key(r)
+        if key not in out:
+            out.append(key)  # type: ignore[arg-type]
+    return out
+
+
+class _Evaluation:
+    """One call of :func:`arun_eval`: the graphs, the writer and the per-run logic."""
+
+    def __init__(
+        self,
+        small: VLMBackend,
+        large: VLMBackend,
+        base: MAIContext,
+        branches: bool,
+        ratios: list[float],
+        writer: RecordWriter,
+    ) -> None:
+        from mai_graph.graph import create_mai_graph
+
+        self.base = base
+        self.branches = branches
+        self.ratios = ratios
+        self.writer = writer
+        builder = create_mai_graph(small, large)
+        self.graph: Any = builder.compile(name="mai-eval")
+        # Every state key (not only the output schema's): texts of each call, probabilities.
+        self.keys = [k for k in get_type_hints(MAIState) if k in self.graph.channels]
+        self.saver: Any = None
+        self.forking: Any = None
+        if branches and len(ratios) > 1:
+            from langgraph.checkpoint.memory import InMemorySaver
+
+            self.saver = InMemorySaver()
+            self.forking = builder.compile(name="mai-eval", checkpointer=self.saver)
+
+    def context(self, policy: str, sample: Sample) -> MAIContext:
+        extra = BRANCH_SETTINGS if policy == "mai" and self.branches else {}
+        return self.base.replace(policy=policy, answer_kind=sample.kind, **extra)
+
+    async def run(self, policy: str, sample: Sample) -> bool:
+        """Run one sample under one policy and append its records; returns its verdict."""
+        ctx = self.context(policy, sample)
+        branches = policy == "mai" and self.branches
+        start = time.perf_counter()
+        forks: list[tuple[float, dict[str, Any]]] = []
+        if branches and self.forking is not None:
+            thread = {"configurable": {"thread_id": f"eval-{uuid.uuid4().hex}"}}
+            out = await self.forking.ainvoke(
+                sample.graph_input(), thread, context=ctx, output_keys=self.keys
+            )
+            try:
+                forks = await self._forks(thread, ctx)
+            finally:
+                await self.saver.adelete_thread(thread["configurable"]["thread_id"])
+        else:
+            out = await self.graph.ainvoke(sample.graph_input(), context=ctx, output_keys=self.keys)
+        wall = time.perf_counter() - start
+        lines: list[Any] = self._calls(policy, sample, out, ctx.keep_ratio if branches else None)
+        for ratio, fork in forks:
+            lines += [c for c in self._calls(policy, sample, fork, ratio) if c.node == "answer"][
+                -1:
+            ]
+        verdict = score(out["answer"], sample.answer, sample.kind, sample.options)
+        lines.append(
+            SampleRecord(
+                sample=sample.id,
+                policy=policy,
+                branches=branches,
+                route=out["route"],
+                answer=out["answer"],
+                canonical=out["canonical"],
+                wall_s=wall,
+                gold=sample.answer,
+                kind=sample.kind,
+                options=sample.options,
+                digest=sample.digest(),
+                meta=sample.meta,
+            )
+        )
+        await asyncio.to_thread(self.writer.write, lines)
+        return verdict.correct
+
+    async def _forks(
+        self, thread: dict[str, Any], ctx: MAIContext
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """The transfer answer at each extra keep ratio, from the checkpoint before sparsify."""
+        assert self.forking is not None
+        before = None
+        async for snapshot in self.forking.aget_state_history(thread):
+            if snapshot.next == ("sparsify",):
+                before = snapshot.config
+                break
+        if before is None:
+            return []
+        out = []
+        for ratio in self.ratios[1:]:
+            fork = await self.forking.ainvoke(
+                None, before, context=ctx.replace(keep_ratio=ratio), output_keys=self.keys
+            )
+            out.append((ratio, fork))
+        return out
+
+    def _calls(
+        self, policy: str, sample: Sample, out: dict[str, Any], ratio: float | None
+    ) -> list[CallRecord]:
+        calls = []
+        for m in out.get("metrics") or []:
+            text_key, canonical_key = _TEXT_KEYS.get((m["node"], m["role"]), (None, None))
+            is_answer = m["node"] == "answer"
+            calls.append(
+                CallRecord(
+                    sample=sample.id,
+                    policy=policy,
+                    node=m["node"],
+                    role=m["role"],
+                    model=m["model"],
+                    prompt_tokens=m["prompt_tokens"],
+                    cached_tokens=m.get("cached_tokens"),
+                    generated_tokens=m["generated_tokens"],
+                    latency_s=m["latency_s"],
+                    ttft_s=m.get("ttft_s"),
+                    finish_reason=m.get("finish_reason", "stop"),
+                    answer_prob=m.get("answer_prob"),
+                    text=out.get(text_key) if text_key else None,
+                    canonical=out.get(canonical_key) if canonical_key else None,
+                    keep_ratio=(ratio if ratio is not None else self.base.keep_ratio)
+                    if is_answer
+                    else None,
+                    transfer=out.get("transfer") if is_answer else None,
+                    sparsify=dict(out["sparsification"])
+                    if is_answer and out.get("sparsification")
+                    else None,
+                )
+            )
+        return calls
+
+
+def _session(
+    base: MAIContext,
+    branches: bool,
+    ratios: list[float],
+    small: VLMBackend,
+    large: VLMBackend,
+    policies: list[str],
+    data: str | None,
+    concurrency: int,
+) -> SessionRecord:
+    return SessionRecord(
+        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        version=_version(),
+        context=base.model_dump(),
+        branches=branches,
+        keep_ratios=ratios,
+        models={"small": small.name, "large": large.name},
+        data=data,
+        policies=policies,
+        concurrency=concurrency,
+    )
+
+
+def _check_resume(previous: SessionRecord, now: SessionRecord, out_dir: Path) -> None:
+    before, after = previous.model_dump(), now.model_dump()
+    changed = [k for k in _COMPARED if before[k] != after[k]]
+    if changed:
+        detail = "; ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
+        raise ConfigError(
+            f"{out_dir} holds records made with other settings ({detail})",
+            parameter="out",
+            value=str(out_dir),
+            fix="use a new output folder, or the settings of the records there",
+        )
+
+
+async def arun_eval(
+    samples: Sequence[Sample],
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    out_dir: str | Path,
+    policies: Sequence[str] = ("mai",),
+    context: MAIContext | dict[str, Any] | None = None,
+    concurrency: int = 1,
+    branches: bool = False,
+    keep_ratios: Sequence[float] = (),
+    progress: bool = True,
+    data: str | None = None,
+    on_run: Callable[[str, Sample, bool], None] | None = None,
+) -> RunSummary:
+    """Run ``policies`` over ``samples`` and append every generation to ``out_dir``.
+
+    Args:
+        samples: The dataset's samples (ids unique).
+        small: The small model's backend.
+        large: The large model's backend.
+        out_dir: Folder of ``records.jsonl`` (created); finished runs there are skipped.
+        policies: Any of ``mai``, ``small``, ``large``, ``small_cot``, ``large_cot``.
+        context: Base settings (:class:`MAIContext` or a dict of its fields); each run sets
+            ``policy`` and ``answer_kind``.
+        concurrency: Runs in flight at once, per policy.
+        branches: Record every branch of ``mai`` runs, for offline replay and calibration.
+        keep_ratios: With ``branches``: more keep ratios to record transfer answers for.
+        progress: Show a progress bar (on stderr).
+        data: The dataset's path, noted in the records.
+        on_run: Called after each finished run with ``(policy, sample, correct)``.
+
+    Returns:
+        A :class:`RunSummary`.
+
+    Raises:
+        ConfigError: Bad arguments, or records in ``out_dir`` made with other settings.
+    """
+    check_backend(small, "small")
+    check_backend(large, "large")
+    chosen = _check_policies(policies)
+    base = MAIContext.coerce(context)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(
+            f"concurrency must be a positive integer, got {concurrency!r}",
+            parameter="concurrency",
+            value=concurrency,
+        )
+    if keep_ratios and not branches:
+        raise ConfigError(
+            "keep_ratios need branches=True (extra transfer answers are forked from mai runs)",
+            parameter="keep_ratios",
+            value=list(keep_ratios),
+            fix="add --branches",
+        )
+    ratios = _check_ratios(keep_ratios, base.keep_ratio)
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("sample ids must be unique", parameter="samples")
+    folder = Path(out_dir).expanduser()
+    started = time.perf_counter()
+    existing = await asyncio.to_thread(read_records, folder)
+    session = _session(base, branches, ratios, small, large, chosen, data, concurrency)
+    if existing.sessions:
+        _check_resume(existing.sessions[0], session, folder)
+    by_id = {s.id: s for s in samples}
+    for (_, sample_id), run in existing.runs.items():
+        if sample_id in by_id and run.record.digest != by_id[sample_id].digest():
+            raise ConfigError(
+                f"sample {sample_id!r} in {folder} was recorded from a different dataset row",
+                parameter="data",
+                value=sample_id,
+                fix="use a new output folder for a changed dataset",
+            )
+    summary = RunSummary(folder, problems=list(existing.problems))
+    todo = [
+        (policy, sample)
+        for policy in chosen
+        for sample in samples
+        if (policy, sample.id) not in existing.runs
+    ]
+    summary.skipped = len(chosen) * len(samples) - len(todo)
+    writer = await asyncio.to_thread(RecordWriter, folder)
+    try:
+        await asyncio.to_thread(writer.write, [session])
+        evaluation = _Evaluation(small, large, base, branches, ratios, writer)
+        for policy in chosen:
+            batch = [s for p, s in todo if p == policy]
+            if batch:
+                bar = _progress(policy, len(batch), progress)
+                try:
+                    await _run_policy(evaluation, policy, batch, concurrency, bar, on_run)
+                finally:
+                    bar.close()
+                summary.done += len(batch)
+    finally:
+        writer.close()
+    summary.elapsed_s = time.perf_counter() - started
+    return summary
+
+
+def _progress(policy: str, total: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        desc=f"{policy:<9}",
+        unit="run",
+        file=sys.stderr,
+        disable=not enabled,
+        mininterval=0.5,
+        leave=True,
+    )
+
+
+async def _run_policy(
+    evaluation: _Evaluation,
+    policy: str,
+    batch: list[Sample],
+    concurrency: int,
+    bar: Any,
+    on_run: Callable[[str, Sample, bool], None] | None,
+) -> None:
+    right = done = 0
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(sample: Sample) -> None:
+        nonlocal right, done
+        async with gate:
+            try:
+                correct = await evaluation.run(policy, sample)
+            except Exception as exc:
+                exc.add_note(f"while evaluating sample {sample.id!r} with policy {policy}")
+                raise
+        right += correct
+        done += 1
+        bar.set_postfix(acc=f"{right / done:.3f}", refresh=False)
+        bar.update(1)
+        if on_run is not None:
+            on_run(policy, sample, correct)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for sample in batch:
+                group.create_task(one(sample))
+    except BaseExceptionGroup as errors:
+        raise errors.exceptions[0] from None
+
+
+def run_eval(
+    samples: Sequence[Sample], small: VLMBackend, large: VLMBackend, **kwargs: Any
+) -> RunSummary:
+    """Sync :func:`arun_eval` (on mai-graph's background loop, where engines live)."""
+    return run_sync(arun_eval(samples, small, large, **kwargs))
