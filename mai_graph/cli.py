@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +74,20 @@ def _context(args: argparse.Namespace) -> MAIContext:
     return MAIContext(**values)
 
 
+def _options(args: argparse.Namespace) -> Any:
+    if args.options is None:
+        return args.option or None
+    try:
+        return json.loads(args.options)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--options must be JSON, got {args.options!r} ({exc.msg})",
+            parameter="--options",
+            value=args.options,
+            fix='pass e.g. \'{"A": "cat", "B": "dog"}\' or use --option once per option',
+        ) from None
+
+
 def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
     from mai_graph.backends.select import backends_for
 
@@ -90,7 +105,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             return await arun(
                 args.question, args.image, small=small, large=large,
-                options=args.option or None, context=ctx,
+                options=_options(args), context=ctx,
             )  # fmt: skip
         finally:
             shutdown_backends(small, large)
@@ -133,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_FLOW,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show engine logs and library warnings (also: MAI_GRAPH_VERBOSE=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
@@ -143,8 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("question", help="the question text")
     run.add_argument("--image", help="image file (PNG, JPEG, ...)")
-    run.add_argument(
-        "--option", action="append", help="a multiple-choice option, in order (repeat)"
+    choice = run.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--option", action="append", help="a multiple-choice option, lettered in order (repeat)"
+    )
+    choice.add_argument(
+        "--options",
+        metavar="JSON",
+        help='the options as JSON: a letter -> text object (\'{"A": "cat", "B": "dog"}\', '
+        "letters kept) or a list of texts",
     )
     run.add_argument(
         "--backend",
@@ -186,17 +214,33 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_cmd_build_tiny)
     diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
     diagram.set_defaults(func=_cmd_diagram)
+    for command in sub.choices.values():  # `mai-graph demo -v` works as well as `-v demo`
+        command.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above"
+        )
     return parser
+
+
+def quiet_engines() -> None:
+    """Engine logs at warning level and library warnings off: the output is the product's.
+
+    Set before any engine module is imported (they read the variables at import); the engines'
+    worker processes inherit them.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.simplefilter("ignore")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mai-graph`` command; returns the exit code."""
-    # Engine logs would interleave with the results on stdout; MAI_GRAPH_VERBOSE=1 keeps them.
-    if not os.environ.get("MAI_GRAPH_VERBOSE"):
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not (args.verbose or os.environ.get("MAI_GRAPH_VERBOSE")):
+        quiet_engines()
     try:
         return int(args.func(args))
     except (ConfigError, ValueError) as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mai_graph.answers import AnswerKind
+from mai_graph.answers import AnswerKind, Options
 from mai_graph.context import MAIContext
 from mai_graph.images import ImageRef
 from mai_graph.messages import Message, Part, TextPart
@@ -47,7 +47,7 @@ _FORMATS: dict[str, str] = {
 }
 
 
-def option_letters(options: Mapping[str, str] | Sequence[str] | None) -> tuple[str, ...]:
+def option_letters(options: Options | None) -> tuple[str, ...]:
     """Letters of the options: a mapping's own keys, or ``A``, ``B``, ... for a list.
 
     >>> option_letters(["cat", "dog"]), option_letters({"B": "cat", "C": "dog"})
@@ -58,15 +58,21 @@ def option_letters(options: Mapping[str, str] | Sequence[str] | None) -> tuple[s
     return tuple(chr(ord("A") + i) for i in range(len(options or ())))
 
 
-def question_block(question: str, options: Mapping[str, str] | None) -> str:
-    r"""The question and its lettered options (letter → text, in order), ending in a newline.
+def question_block(question: str, options: Options | None) -> str:
+    r"""The question and its lettered options, ending in a newline.
 
-    >>> question_block("Which pet?", {"A": "cat", "B": "dog"})
-    'Question: Which pet?\nOptions:\nA. cat\nB. dog\n'
+    ``options`` maps letters to texts (kept in order), or lists texts lettered A, B, ...
+
+    >>> question_block("Which pet?", {"A": "cat", "C": "dog"})
+    'Question: Which pet?\nOptions:\nA. cat\nC. dog\n'
+    >>> question_block("Q?", ["cat", "dog"]) == question_block("Q?", {"A": "cat", "B": "dog"})
+    True
     """
     text = f"Question: {question.strip()}\n"
     if options:
-        text += "Options:\n" + "".join(f"{letter}. {o}\n" for letter, o in options.items())
+        texts = options.values() if isinstance(options, Mapping) else options
+        lines = "".join(f"{k}. {o}\n" for k, o in zip(option_letters(options), texts))
+        text += "Options:\n" + lines
     return text
 
 
@@ -76,7 +82,7 @@ def short_instruction(ctx: MAIContext, kind: AnswerKind) -> str:
 
 
 def _head(
-    ctx: MAIContext, image: ImageRef | None, question: str, options: Mapping[str, str] | None
+    ctx: MAIContext, image: ImageRef | None, question: str, options: Options | None
 ) -> tuple[Message, list[Part]]:
     system: Message = {
         "role": "system",
@@ -93,7 +99,7 @@ def short_messages(
     ctx: MAIContext,
     image: ImageRef | None,
     question: str,
-    options: Mapping[str, str] | None,
+    options: Options | None,
     kind: AnswerKind,
 ) -> tuple[Message, ...]:
     """Prompt for a short answer (mutual verification and baselines)."""
@@ -103,7 +109,7 @@ def short_messages(
 
 
 def cot_messages(
-    ctx: MAIContext, image: ImageRef | None, question: str, options: Mapping[str, str] | None
+    ctx: MAIContext, image: ImageRef | None, question: str, options: Options | None
 ) -> tuple[Message, ...]:
     """Prompt for the chain of thought."""
     system, parts = _head(ctx, image, question, options)
@@ -134,7 +140,7 @@ def transfer_messages(
     ctx: MAIContext,
     image: ImageRef | None,
     question: str,
-    options: Mapping[str, str] | None,
+    options: Options | None,
     kind: AnswerKind,
     transfer: str,
     transfer_token_ids: Sequence[int] | None = None,

@@ -1,8 +1,8 @@
 """The run's question as every node reads it, and one request builder per call purpose.
 
-The first node validates the inputs once (:meth:`Question.from_input`) and writes the normalized
-image reference and options back to state; later nodes rebuild the :class:`Question` from state
-without validating again (:meth:`Question.from_state`). Each model call of the graph is built by
+The first node validates the inputs once (:meth:`Question.from_input`) and records them,
+normalized, as ``state["request"]``; later nodes rebuild the :class:`Question` from it without
+validating again (:meth:`Question.from_state`). Each model call of the graph is built by
 exactly one function here, so the prompts of the verify, reasoning, S2 and transfer calls share
 their prefixes by construction.
 """
@@ -19,6 +19,7 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef, image_ref
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
+from mai_graph.state import Request
 
 __all__ = [
     "Question",
@@ -60,13 +61,16 @@ class Question:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], ctx: MAIContext) -> Question:
-        """The question as the first node normalized it (no validation, no I/O)."""
+        """The question as the first node normalized it (``state["request"]``; no I/O)."""
+        request = state["request"]
+        options = request["options"]
         return cls(
-            state["question"],
-            state.get("image"),
-            state.get("options"),
-            resolve_kind(ctx.answer_kind, state.get("options")),
+            request["question"], request["image"], options, resolve_kind(ctx.answer_kind, options)
         )
+
+    def as_request(self) -> Request:
+        """The state's record of this run's inputs."""
+        return Request(question=self.text, image=self.image, options=self.options)
 
     def choices(self, ctx: MAIContext) -> tuple[str, ...] | None:
         """Constrained outputs for short answers: the option letters (multiple choice)."""

@@ -15,6 +15,7 @@ __all__ = [
     "MAIState",
     "NodeMetrics",
     "OutputState",
+    "Request",
     "Route",
     "Sparsification",
     "run_keys",
@@ -80,16 +81,27 @@ class Sparsification(TypedDict):
 class InputState(TypedDict):
     """What a run needs.
 
-    On a thread reused for a new question, pass ``image`` and ``options`` explicitly (``None``
-    to clear them): LangGraph keeps state keys the new input does not mention.
+    The first node consumes these keys into ``request`` (and clears them), so on a reused
+    thread every run uses only what its own input gives: a run without ``image`` has no image,
+    whatever the previous run on the thread was given.
     """
 
     question: str
     image: NotRequired[ImageRef | str | None]
-    """An :class:`ImageRef`, or a path / data URL that the first node turns into one."""
+    """A file path, a ``data:image/...;base64,`` URL, or an :class:`ImageRef`; the first node
+    turns it into a reference."""
     options: NotRequired[Mapping[str, str] | list[str] | None]
     """Multiple-choice options: a mapping letter → text (``{"A": "cat", "B": "dog"}``, letters
     kept), or a list of texts lettered A, B, ... in order. The first node stores the mapping."""
+
+
+class Request(TypedDict):
+    """The inputs a run used, normalized by its first node (validated once)."""
+
+    question: str
+    image: ImageRef | None
+    options: dict[str, str] | None
+    """Option letter → option text, in display order."""
 
 
 class OutputState(TypedDict):
@@ -112,6 +124,8 @@ class OutputState(TypedDict):
 class MAIState(InputState):
     """The full state; later nodes fill the ``NotRequired`` keys."""
 
+    request: NotRequired[Request]
+    """This run's inputs as the first node normalized them (what every later node reads)."""
     small_answer: NotRequired[str]
     """Small model's short answer (verify)."""
     small_canonical: NotRequired[str]

@@ -41,7 +41,7 @@ async def review(state: MAIState, scope: RunScope) -> dict[str, Any]:
     what was wrong, so a mistyped resume never locks the thread.
     """
     payload: dict[str, Any] = {
-        "question": state.get("question"),
+        "question": state["request"]["question"],
         "small_answer": state.get("small_answer"),
         "large_answer": state.get("large_answer"),
         "agree": state.get("route") == "agree",

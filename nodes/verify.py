@@ -18,6 +18,7 @@ from ._common import Node, RunScope, call
 from .reason import write_reasoning
 
 _RUN_KEYS = run_keys()
+_INPUT_KEYS = ("question", "image", "options")
 
 
 async def read_question(state: MAIState, scope: RunScope) -> Question:
@@ -32,20 +33,19 @@ async def verify(
 ) -> dict[str, Any]:
     """Ask both models for a short answer at once; agreement (or a short baseline) ends the run.
 
-    The first node of every run: it validates the inputs, writes back their normalized forms
-    (image reference, options mapping) and clears what a previous run on the thread left.
+    The first node of every run: it validates the inputs and consumes them into ``request``
+    (normalized: image reference, options mapping), and clears what a previous run on the
+    thread left.
     CoT baselines (``small_cot`` / ``large_cot``) make no call here: they only prepare inputs.
     """
     ctx = scope.ctx
     q = await read_question(state, scope)
     # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
     update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
-    if q.image is not state.get("image"):
-        update["image"] = q.image
-    if q.options is not state.get("options"):
-        update["options"] = q.options
+    # The inputs are consumed: a later run on this thread uses only what its own input gives.
+    update.update(dict.fromkeys(_INPUT_KEYS), request=q.as_request())
     records: list[Any] = []
-    update["metrics"] = Overwrite(records) if state.get("metrics") else records
+    update["metrics"] = Overwrite(records)  # this run's calls replace any earlier run's
     if ctx.policy in ("small_cot", "large_cot"):
         return update
 

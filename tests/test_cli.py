@@ -30,6 +30,9 @@ def test_run_json(capsys, png):
         (["run", "q", "--set", "nosuch=1"], "--set needs FIELD=VALUE"),
         (["run", "q", "--backend", "vllm"], "backend vllm needs both models (--small/--large)"),
         (["run", "q", "--option", "only"], "need 2 to 26 options"),
+        (["run", "q", "--options", "{A: cat}"], "--options must be JSON"),
+        (["run", "q", "--options", '{"A": "cat", "B": null}'], "options"),
+        (["run", "q", "--set", "gate=sometimes"], "gate must be one of"),
     ],
 )
 def test_bad_input_exits_2_with_a_fix(capsys, argv, message):
@@ -57,3 +60,16 @@ def test_help_explains_the_flow():
     assert out.returncode == 0
     for word in ("verify", "reason", "extract", "sparsify", "answer", "exit codes"):
         assert word in out.stdout
+
+
+def test_run_takes_options_as_a_letter_mapping(capsys):
+    argv = ["run", "Which colour?", "--options", '{"B": "red", "C": "blue"}', "--json"]
+    assert main(argv) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["canonical"] in ("B", "C")
+
+
+def test_run_with_the_confidence_gate(capsys):
+    argv = ["run", "Is it red?", "--set", "gate=agree_confident", "--set", "gate_min_prob=0.1"]
+    assert main(argv) == EXIT_OK
+    assert "route:" in capsys.readouterr().out

@@ -54,3 +54,75 @@ def test_context_is_the_graph_schema():
         "large_cot",
     ]
     assert schema["properties"]["keep_ratio"]["default"] == 0.2
+
+
+def test_every_field_is_described_with_bounds_in_the_published_schema():
+    schema = MAIContext.model_json_schema()
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), f"{name} has no description"
+    assert schema["properties"]["keep_ratio"]["exclusiveMinimum"] == 0
+    assert schema["properties"]["keep_ratio"]["maximum"] == 1
+    assert schema["properties"]["gate"]["enum"] == ["agree", "agree_confident", "never"]
+    assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("typo", ["kep_ratio", "Keep_ratio", "policy "])
+def test_a_typo_is_a_config_error_naming_the_key_in_process(typo):
+    from mai_graph import ScriptedBackend, create_mai_graph
+
+    g = create_mai_graph(ScriptedBackend("A"), ScriptedBackend("A")).compile()
+    with pytest.raises(ConfigError, match="unknown context settings") as err:
+        g.invoke({"question": "Which?"}, context={typo: 0.5})
+    assert err.value.parameter == typo
+
+
+def test_context_is_frozen_and_replace_validates():
+    ctx = MAIContext()
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="frozen"):
+        ctx.keep_ratio = 0.5  # type: ignore[misc]
+    assert ctx.replace(keep_ratio=0.5).keep_ratio == 0.5
+    with pytest.raises(ConfigError, match="keep_ratio"):
+        ctx.replace(keep_ratio=2)
+
+
+def test_json_strings_are_not_silently_coerced():
+    with pytest.raises(ConfigError, match="keep_ratio"):
+        MAIContext(keep_ratio="0.5")
+    with pytest.raises(ConfigError, match="true or false"):
+        MAIContext(s2_exit="false")
+
+
+def test_the_graph_runs_under_a_parents_own_context_schema():
+    from dataclasses import dataclass, field
+
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    from mai_graph import ScriptedBackend, create_mai_graph
+    from mai_graph.context import mai_settings
+
+    @dataclass
+    class App:
+        user: str = "ann"
+        mai: dict = field(default_factory=lambda: {"policy": "large"})
+
+    class Parent(TypedDict, total=False):
+        question: str
+        answer: str
+        route: str
+
+    mai = create_mai_graph(
+        ScriptedBackend({"short": "A"}, name="s"), ScriptedBackend({"short": "B"}, name="l")
+    ).compile()
+    parent = StateGraph(Parent, context_schema=App)
+    parent.add_node("mai", mai)
+    parent.add_edge(START, "mai")
+    parent.add_edge("mai", END)
+    out = parent.compile().invoke({"question": "Which?"}, context=App())
+    assert out["route"] == "large" and out["answer"] == "B"
+    # a parent context without MAI settings runs with the defaults
+    assert mai_settings(object()) == MAIContext()
+    with pytest.raises(ConfigError, match="unknown context settings"):
+        mai_settings(App(mai={"kep_ratio": 1}))

@@ -220,8 +220,26 @@ def test_image_input_becomes_a_reference(png):
     cfg = {"configurable": {"thread_id": "img"}}
     g.invoke({"question": "q?", "options": OPTIONS, "image": str(png)}, cfg, context={})
     state = g.get_state(cfg).values
-    assert set(state["image"]) == {"path", "sha256", "width", "height"}
-    assert small.requests[0].image["sha256"] == state["image"]["sha256"]
+    image = state["request"]["image"]
+    assert set(image) == {"path", "sha256", "width", "height"}
+    assert small.requests[0].image["sha256"] == image["sha256"]
+
+
+def test_a_reused_thread_never_inherits_image_or_options(png):
+    """Raw invoke on one thread: a yes/no question after a multiple-choice one with an image."""
+    small, large = pair({"short": ["A", "yes"]}, {"short": ["A", "yes"]})
+    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "reuse"}}
+    g.invoke({"question": "Which?", "options": ["yes", "no"], "image": str(png)}, cfg, context={})
+    out = g.invoke({"question": "Is it raining?"}, cfg, context={})
+    assert out["route"] == "agree" and out["canonical"] == "yes"
+    last = small.requests[-1]
+    assert last.image is None and last.choices is None
+    assert "Options:" not in str(last.messages)
+    request = g.get_state(cfg).values["request"]
+    assert request == {"question": "Is it raining?", "image": None, "options": None}
+    with pytest.raises(ConfigError, match="question"):
+        g.invoke({"image": str(png)}, cfg, context={})  # no question of its own: refused
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ def check_round_trip(g, cfg, png):
     out = g.invoke({"question": "Which?", "options": OPTIONS, "image": str(png)}, cfg, context={})
     assert out["route"] == "transfer"
     values = g.get_state(cfg).values
-    assert values["image"]["sha256"] and values["reasoning"] == "blue square and 2 circles"
+    assert (
+        values["request"]["image"]["sha256"] and values["reasoning"] == "blue square and 2 circles"
+    )
     assert values["metrics"] == out["metrics"]
     history = list(g.get_state_history(cfg))
     assert len(history) >= 5
@@ -44,7 +46,7 @@ def test_sqlite_saver_survives_a_new_connection(png, tmp_path):
     with SqliteSaver.from_conn_string(str(db)) as saver:
         g = create_mai_graph(*backends()).compile(checkpointer=saver)
         values = g.get_state(cfg).values
-        assert values["route"] == "transfer" and values["image"]["width"] == 64
+        assert values["route"] == "transfer" and values["request"]["image"]["width"] == 64
 
 
 def test_async_sqlite_saver(png, tmp_path):
@@ -58,6 +60,6 @@ def test_async_sqlite_saver(png, tmp_path):
             )
             assert out["route"] == "transfer"
             state = await g.aget_state(cfg)
-            assert state.values["image"]["height"] == 48
+            assert state.values["request"]["image"]["height"] == 48
 
     asyncio.run(go())
