@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_cmd_build_tiny)
     diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
     diagram.set_defaults(func=_cmd_diagram)
+    from mai_graph.eval.cli import register as register_eval  # eval, calibrate, synth-data
+
+    register_eval(sub)
     for command in sub.choices.values():  # `mai-graph demo -v` works as well as `-v demo`
         command.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above"
@@ -239,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mai-graph`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Engine logs go to stderr: stdout is the product's output (and --json stays parseable).
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     if not (args.verbose or os.environ.get("MAI_GRAPH_VERBOSE")):
         quiet_engines()
     try:

@@ -26,6 +26,7 @@ from mai_graph.errors import ConfigError
 from mai_graph.eval.records import CallRecord, RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, path_latency
 from mai_graph.eval.scorers import score
+from mai_graph.gate import agreement_exits
 
 __all__ = [
     "CalibrationResult",
@@ -145,7 +146,7 @@ def wilson_bounds(right: int, n: int, confidence: float) -> tuple[float, float]:
 
     >>> lo, hi = wilson_bounds(90, 100, 0.9)
     >>> round(lo, 3), round(hi, 3)
-    (0.856, 0.932)
+    (0.855, 0.932)
     """
     if n == 0:
         return 0.0, 1.0
@@ -221,10 +222,25 @@ def settings_grid(branches: Sequence[Branches]) -> list[Setting]:
 
 
 class _Scorer:
-    """Scores final answers once per (sample, call) across all settings."""
+    """Replay caches shared by all settings.
+
+    Final answers are scored once per (sample, call); the gate's agreement rule is memoized
+    (it reads only the answers, their probabilities and the context's ``gate``,
+    ``gate_min_prob`` and ``rel_tol``).
+    """
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int], bool] = {}
+        self._exits: dict[tuple[Any, ...], bool] = {}
+
+    def exits(
+        self, a: str, b: str, prob_a: float | None, prob_b: float | None, ctx: MAIContext
+    ) -> bool:
+        key = (a, b, prob_a, prob_b, ctx.gate, ctx.gate_min_prob, ctx.rel_tol)
+        hit = self._exits.get(key)
+        if hit is None:
+            hit = self._exits[key] = agreement_exits(a, b, prob_a, prob_b, ctx)
+        return hit
 
     def correct(self, run: SampleRun, final: CallRecord) -> bool:
         key = (run.record.sample, id(final))
@@ -258,7 +274,7 @@ def score_setting(
     latency = 0.0
     routes: dict[str, int] = {}
     for b in branches:
-        route, path, final = b.decide(ctx)
+        route, path, final = b.decide(ctx, scorer.exits)
         routes[route] = routes.get(route, 0) + 1
         right += scorer.correct(b.run, final)
         transfers += route == "transfer"

@@ -9,7 +9,7 @@ those a live run with the same settings would have had.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,23 +161,24 @@ class Branches:
                 f"run {run.record.sample} lacks its {exc.args[0]} call", parameter="records"
             ) from None
 
-    def decide(self, ctx: MAIContext) -> tuple[str, list[CallRecord], CallRecord]:
+    def decide(
+        self, ctx: MAIContext, exits: Callable[..., bool] = agreement_exits
+    ) -> tuple[str, list[CallRecord], CallRecord]:
         """The route a live run under ``ctx`` takes, its calls, and the call that answers.
 
         The gate rules are the graph's own (:func:`~mai_graph.gate.agreement_exits`,
-        :func:`~mai_graph.gate.after_disagreement`).
+        :func:`~mai_graph.gate.after_disagreement`); ``exits`` may be a memoized
+        ``agreement_exits``.
         """
         vs, vl = self.small, self.large
         cl = vl.canonical or ""
-        if agreement_exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx):
+        if exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx):
             return "agree", [vs, vl], vl
         if after_disagreement(vl.answer_prob, ctx) == "large":
             return "large_confident", [vs, vl], vl
         path = [vs, vl, self.reason, self.extract]
         ex = self.extract
-        if ctx.s2_exit and agreement_exits(
-            ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx
-        ):
+        if ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx):
             return "extract_agree", path, ex
         final = self.answers.get(ratio_key(ctx.keep_ratio))
         if final is None:

@@ -16,14 +16,16 @@ and route shares can be checked against what the settings imply (:func:`expected
 - Answer probabilities are informative: a right answer's probability is drawn from
   ``right_prob``, a wrong one's from ``wrong_prob`` (the gate's ``agree_confident`` and
   ``large_confident_exit`` can then be calibrated).
-- Latency is simulated (prefill and decode seconds per token, nothing sleeps), so speedups are
-  those of a large model ``large_decode_s / small_decode_s`` times slower per token.
+- Latency is simulated (prefill and decode seconds per token; nothing waits unless ``sleep``
+  is set), so speedups are those of a large model ``large_decode_s / small_decode_s`` times
+  slower per token.
 
 Everything is a deterministic function of ``seed`` and the sample id, whatever the call order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Sequence
@@ -82,6 +84,8 @@ class SimConfig:
     small_prefill_s: float = 0.0001
     """Seconds per prompt token, small model."""
     large_prefill_s: float = 0.0004
+    sleep: float = 0.0
+    """Wait this share of each call's simulated latency (0: answer at once)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -101,6 +105,8 @@ class SimConfig:
                     parameter=name,
                     value=(lo, hi),
                 )
+        if not isinstance(self.sleep, int | float) or not 0 <= self.sleep <= 10:
+            raise ConfigError(f"sleep must be in [0, 10], got {self.sleep!r}", parameter="sleep")
         for name in ("small_cot_tokens", "large_cot_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 8:
                 raise ConfigError(f"{name} must be an integer >= 8", parameter=name)
@@ -335,7 +341,15 @@ def simulated_pair(
                 tokens=tuple(w if i == 0 else " " + w for i, w in enumerate(words)),
             )
 
-        return FunctionBackend(fn, name=f"sim-{role}")
+        if cfg.sleep == 0:
+            return FunctionBackend(fn, name=f"sim-{role}")
+
+        async def slow(request: GenerationRequest) -> Generation:
+            gen = fn(request)
+            await asyncio.sleep(gen.latency_s * cfg.sleep)
+            return gen
+
+        return FunctionBackend(slow, name=f"sim-{role}")
 
     return backend("small"), backend("large")
 

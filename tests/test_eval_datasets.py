@@ -1,0 +1,184 @@
+import base64
+import csv
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from mai_graph.errors import ConfigError
+from mai_graph.eval.datasets import load_dataset
+
+
+def _png_bytes(colour=(200, 20, 20)):
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 24), colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _jsonl(path, rows):
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_jsonl_rows_of_every_kind_and_image_form(tmp_path, png):
+    b64 = base64.b64encode(_png_bytes()).decode()
+    path = _jsonl(
+        tmp_path / "data.jsonl",
+        [
+            {"id": "c", "image": png.name, "question": "Which?", "options": {"A": "x", "B": "y"},
+             "answer": "B", "kind": "choice", "category": "colour"},
+            {"id": "l", "image": str(png), "question": "Which?", "options": ["x", "y"],
+             "answer": "y"},
+            {"id": "y", "image_base64": b64, "question": "Is it red?", "answer": "Yes"},
+            {"id": "u", "image": f"data:image/png;base64,{b64}", "question": "How many?",
+             "answer": "1,200"},
+            {"id": "t", "question": "What colour?", "answer": "Red", "kind": "text"},
+        ],
+    )  # fmt: skip
+    data = load_dataset(path)
+    assert data.problems == [] and data.format == "jsonl"
+    by_id = {s.id: s for s in data.samples}
+    assert by_id["c"].options == {"A": "x", "B": "y"} and by_id["c"].meta == {"category": "colour"}
+    assert by_id["c"].image == str(png.resolve())
+    assert by_id["l"].kind == "choice" and by_id["l"].options == {"A": "x", "B": "y"}
+    assert by_id["y"].kind == "yes_no" and by_id["y"].image.startswith("data:image/png;base64,")
+    assert by_id["u"].kind == "number" and by_id["t"].image is None
+    assert by_id["c"].graph_input() == {
+        "question": "Which?", "image": str(png.resolve()), "options": {"A": "x", "B": "y"}
+    }  # fmt: skip
+
+
+def test_bad_rows_are_reported_with_their_line_numbers(tmp_path, png):
+    path = _jsonl(
+        tmp_path / "data.jsonl",
+        [
+            {"id": "ok", "image": png.name, "question": "Is it?", "answer": "yes"},
+            {"id": "noimg", "image": "missing.png", "question": "Is it?", "answer": "yes"},
+            {"id": "kind", "question": "How many?", "answer": "3", "kind": "count"},
+            "{not json",
+            {"id": "ok", "question": "Again?", "answer": "no"},
+            {"id": "letter", "question": "Which?", "options": {"A": "x", "B": "y"},
+             "answer": "C"},
+            {"id": "noopts", "question": "Which?", "answer": "A", "kind": "choice"},
+            {"id": "b64", "image_base64": "!!!", "question": "Is it?", "answer": "yes"},
+            {"id": "noq", "answer": "yes"},
+        ],
+    )  # fmt: skip
+    data = load_dataset(path)
+    assert [s.id for s in data.samples] == ["ok"]
+    found = {p.location: p.message for p in data.problems}
+    assert sorted(found) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert "missing image" in found[2] and "missing.png" in found[2]
+    assert "unknown kind 'count'" in found[3]
+    assert "not valid JSON" in found[4]
+    assert "duplicate id 'ok'" in found[5]
+    assert "cannot be read as choice" in found[6]
+    assert "kind choice needs options" in found[7]
+    assert "not valid base64" in found[8]
+    assert "missing question" in found[9]
+    assert str(data.problems[0]).endswith("line 2: " + found[2])
+
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path, on_bad_row="fail")
+    message = str(err.value)
+    assert "8 bad row(s)" in message and "line 3: unknown kind" in message
+
+
+def test_limit_and_empty_files(tmp_path):
+    path = _jsonl(
+        tmp_path / "d.jsonl",
+        [{"id": str(i), "question": "Is it?", "answer": "yes"} for i in range(5)],
+    )
+    assert len(load_dataset(path, limit=2)) == 2
+    empty = _jsonl(tmp_path / "e.jsonl", [{"id": "x", "question": "q", "answer": "3", "kind": "?"}])
+    with pytest.raises(ConfigError, match="no usable samples"):
+        load_dataset(empty)
+    with pytest.raises(ConfigError, match="dataset file not found"):
+        load_dataset(tmp_path / "none.jsonl")
+    with pytest.raises(ConfigError, match="format must be one of"):
+        load_dataset(path, format="csv")
+
+
+def _tsv(path, header, rows):
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def test_mmbench_tsv(tmp_path):
+    b64 = base64.b64encode(_png_bytes()).decode()
+    header = ["index", "question", "hint", "A", "B", "C", "D", "answer", "category", "image"]
+    path = _tsv(
+        tmp_path / "mmbench.tsv",
+        header,
+        [
+            ["10", "What colour?", "nan", "red", "blue", "green", "", "A", "attr", b64],
+            ["11", "Which is left?", "A map.", "x", "y", "nan", "nan", "B", "spatial", "10"],
+            ["12", "No image?", "", "x", "y", "", "", "A", "attr", ""],
+            ["13", "No answer", "", "x", "y", "", "", "", "attr", b64],
+        ],
+    )
+    data = load_dataset(path)
+    assert data.format == "mmbench"
+    first, second = data.samples
+    assert first.options == {"A": "red", "B": "blue", "C": "green"} and first.kind == "choice"
+    assert first.image.startswith("data:image/png;base64,") and first.meta == {"category": "attr"}
+    assert second.question == "Hint: A map.\nWhich is left?" and second.image == first.image
+    assert second.options == {"A": "x", "B": "y"}
+    assert {(p.location, p.message) for p in data.problems} == {
+        (4, "missing image"), (5, "missing answer")
+    }  # fmt: skip
+
+
+def test_pope_json_lines_and_array(tmp_path, png):
+    rows = [
+        {"question_id": 1, "image": png.name, "text": "Is there a dog?", "label": "no"},
+        {"question_id": 2, "image": png.name, "text": "Is there a car?", "label": "yes"},
+        {"question_id": 3, "image": "gone.jpg", "text": "Is there a cat?", "label": "yes"},
+    ]
+    lines = _jsonl(tmp_path / "pope.jsonl", rows)
+    data = load_dataset(lines)
+    assert data.format == "pope" and [s.kind for s in data.samples] == ["yes_no", "yes_no"]
+    assert [s.id for s in data.samples] == ["1", "2"]
+    assert data.problems[0].location == 3 and data.problems[0].unit == "line"
+    array = tmp_path / "pope.json"
+    array.write_text(json.dumps(rows))
+    data = load_dataset(array)
+    assert data.problems[0].unit == "item" and "item 3" in str(data.problems[0])
+
+
+def test_chartqa_reads_images_from_png_folder(tmp_path):
+    (tmp_path / "png").mkdir()
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "png" / "c1.png")
+    path = tmp_path / "test_human.json"
+    path.write_text(
+        json.dumps(
+            [
+                {"imgname": "c1.png", "query": "What is the peak value?", "label": "43.5"},
+                {"imgname": "c1.png", "query": "Which year is highest?", "label": "2019"},
+                {"imgname": "c1.png", "query": "Which country?", "label": "Japan"},
+                {"imgname": "c9.png", "query": "Missing?", "label": "1"},
+            ]
+        )
+    )
+    data = load_dataset(path)
+    assert data.format == "chartqa"
+    assert [s.kind for s in data.samples] == ["number", "number", "text"]
+    assert data.samples[0].image == str((tmp_path / "png" / "c1.png").resolve())
+    assert data.problems[0].location == 4 and "missing image" in data.problems[0].message
+
+
+def test_explicit_format_and_image_root(tmp_path, png):
+    path = _jsonl(
+        tmp_path / "rows.txt",
+        [{"question_id": "a", "image": png.name, "text": "Is it?", "label": "yes"}],
+    )
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    data = load_dataset(path, format="pope", image_root=png.parent)
+    assert data.samples[0].image == str(png.resolve())
+    with pytest.raises(ConfigError, match="missing image"):
+        load_dataset(path, format="pope", image_root=other, on_bad_row="fail")
