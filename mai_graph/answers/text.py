@@ -1,0 +1,370 @@
+"""Text helpers every kind shares: preparation, answer statements, refusals, VQA normalization.
+
+Every regex here is compiled once and runs in linear time: no nested quantifiers that can
+backtrack, no scans of every suffix.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Final
+
+__all__ = [
+    "NUMBER_WORDS",
+    "answer_region",
+    "is_refusal",
+    "last_statement",
+    "prepare",
+    "strip_think",
+    "vqa_normalize",
+    "words_to_number",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Preparation: one pass that every reader starts from.
+
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_MARKUP = re.compile(r"[*`#]+")
+_UNDERSCORE = re.compile(r"_+(?![A-Za-z0-9])|(?<![A-Za-z0-9])_+")
+_ZH_ANSWER = re.compile(r"(?:最终|正确)?答案\s*(?:应该是|应为|是|为|:)?")
+_ZH_CHOOSE = re.compile(r"我?选择?(?:项)?")
+_TRANSLATE: Final = str.maketrans(
+    {
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u2212": "-",  # minus sign
+        "\u2013": "-",  # en dash
+        "\u2014": " - ",  # em dash
+        "\u2044": "/",  # fraction slash (NFKC writes ½ as 1⁄2)
+        "\u00a0": " ",
+        "\u3002": ". ",  # ideographic full stop
+        "\u3001": ", ",  # ideographic comma
+    }
+)
+_SPECIAL: Final = tuple(chr(c) for c in _TRANSLATE)
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lower_same(text: str) -> str:
+    """Lower case with every character kept at its position (for offsets into ``text``).
+
+    >>> lower_same("Answer: B")
+    'answer: b'
+    """
+    low = text.lower()
+    return low if len(low) == len(text) else text.translate(_ASCII_LOWER)
+
+
+def strip_think(text: str) -> str:
+    """Remove reasoning blocks: ``<think>...</think>`` (an unclosed block runs to the end).
+
+    Chat templates that open the block in the prompt leave only the closing tag in the
+    output; everything before the last ``</think>`` is reasoning then.
+
+    >>> strip_think("<think>hmm, B or C</think> C")
+    ' C'
+    >>> strip_think("B or C? Let me look again.</think>C")
+    'C'
+    """
+    lower = text.lower()
+    if "<think>" in lower:
+        text = _THINK.sub("", text)
+        lower = text.lower()
+    if "</think>" in lower:
+        text = _THINK_CLOSE.split(text)[-1]
+    return text
+
+
+def prepare(text: str) -> str:
+    r"""The text every reader starts from.
+
+    Unicode NFKC (full-width ``Ｃ`` reads ``C``), reasoning blocks removed, typographic quotes
+    and dashes made plain, ``\boxed{X}`` read as a stated answer, markdown emphasis dropped,
+    and the Chinese answer marker 答案 read as "answer:".
+
+    >>> prepare("**Answer:** \\boxed{Ｃ}")
+    'Answer:  answer: C .'
+    >>> prepare("答案：C")
+    ' answer: C'
+    """
+    text = unicodedata.normalize("NFKC", text)
+    text = strip_think(text)
+    if any(c in text for c in _SPECIAL):
+        text = text.translate(_TRANSLATE)
+    if "\\" in text:
+        text = _BOXED.sub(r" answer: \1 .", text)
+        text = _LATEX_TEXT.sub(r"\1", text)
+    text = _MARKUP.sub("", text)
+    if "_" in text:
+        text = _UNDERSCORE.sub("", text)
+    return _last_zh(_last_zh(text, "答案", _ZH_ANSWER, " answer: "), "选", _ZH_CHOOSE, " I choose ")
+
+
+def _last_zh(text: str, marker: str, pattern: re.Pattern[str], english: str) -> str:
+    """Read the last Chinese answer marker as its English statement (only the last counts)."""
+    i = text.rfind(marker)
+    if i < 0:
+        return text
+    start = max(0, i - 4)
+    return text[:start] + pattern.sub(english, text[start:], count=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer statements: "the answer is ...", "Answer: ...", "I'd go with ...".
+
+_LEAD = re.compile(
+    r"answer(?:\s+to\s+(?:the|this|your)\s+question)?"
+    r"\s*(?:(?:would|should|will|must)\s+be\b|is\b|:|=|-(?=\s)|\n)"
+    r"|i(?:'d|\s+would|\s+will|'ll)?\s+(?:go\s+with|choose|pick|select|opt\s+for)\b"
+    r"|my\s+(?:pick|guess|choice)\s*(?:is\b|:)"
+)
+"""Answer statements, matched on lower-cased text (see :func:`iter_words`)."""
+_LEAD_REST = re.compile(r"[\s:=\-,]*")
+
+
+def iter_words(
+    pattern: re.Pattern[str], low: str, pos: int = 0, endpos: int | None = None
+) -> Iterator[re.Match[str]]:
+    r"""Matches of a keyword-led ``pattern`` in lower-cased ``low`` that start a word.
+
+    Patterns start with their keyword rather than ``\b`` so the regex engine can skip
+    ahead fast; the word boundary is checked here. Matches start in ``low[pos:endpos]``.
+    """
+    stop = len(low) if endpos is None else endpos
+    for m in pattern.finditer(low, pos, min(len(low), stop + _OVERHANG)):
+        i = m.start()
+        if i >= stop:
+            return
+        first = low[i]
+        if i == 0 or not (first.isascii() and first.isalnum()):
+            yield m
+        elif not (low[i - 1].isalnum() or low[i - 1] == "_"):
+            yield m
+
+
+_OVERHANG = 64
+_WS = re.compile(r"\s")
+
+
+def word_start(low: str, i: int) -> int:
+    """The first position at or after ``i`` that starts a word (so a window never cuts one).
+
+    >>> word_start("the answer is", 5)
+    11
+    """
+    if i <= 0:
+        return 0
+    m = _WS.search(low, i - 1)
+    return m.end() if m else len(low)
+
+
+def last_matches(pattern: re.Pattern[str], low: str, limit: int) -> list[re.Match[str]]:
+    """The last ``limit`` word-start matches of ``pattern`` in ``low``, last first.
+
+    Looks back from the end in growing windows, so a long text with many matches costs no
+    more than its last part.
+
+    >>> [m.group() for m in last_matches(re.compile("answer"), "answer, answer, answer", 2)]
+    ['answer', 'answer']
+    """
+    out: list[re.Match[str]] = []
+    end, size = len(low), 1024
+    while True:
+        start = 0 if size >= end else word_start(low, end - size)
+        out.extend(reversed(list(iter_words(pattern, low, start, end))))
+        if len(out) >= limit or start == 0:
+            return out[:limit]
+        end, size = start, size * 4
+
+
+def last_statement(text: str, pattern: re.Pattern[str] = _LEAD) -> re.Match[str] | None:
+    """The last answer statement ("the answer is", "Answer:", ...) in ``text``, or None.
+
+    Positions refer to ``text``; matching is on its lower-cased form.
+
+    >>> last_statement("I think A. The answer is B.").end()
+    24
+    """
+    found = last_matches(pattern, lower_same(text), 1)
+    return found[0] if found else None
+
+
+def answer_region(text: str) -> str:
+    """What follows the last answer statement, or all of ``text`` when there is none.
+
+    >>> answer_region("Hmm, a cat? The final answer is: a dog.")
+    'a dog.'
+    >>> answer_region("a dog")
+    'a dog'
+    """
+    m = last_statement(text)
+    if m is not None:
+        rest = text[_LEAD_REST.match(text, m.end()).end() :].strip()  # type: ignore[union-attr]
+        if rest:
+            return rest
+    return text.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals and hedges: never an answer, in any kind.
+
+_REFUSAL = re.compile(
+    r"(?:can(?:no|')?t|could(?:\s+no|n')t|unable\s+to|impossible\s+to|not\s+possible\s+to"
+    r"|hard\s+to|difficult\s+to|no\s+way\s+to)\s+(?:\w+\s+){0,2}?"
+    r"(?:tell|determine|determined|say|answer|answered|know|known|identify|identified|judge"
+    r"|read|infer|inferred|decide|be\s+sure|be\s+certain)\b"
+    r"|(?:don'?t|do\s+not|doesn'?t|does\s+not)\s+know\b"
+    r"|not\s+(?:sure|certain|clear|determinable|necessarily)\b"
+    r"|(?:not|n't)\s+(?:\w+\s+){0,3}?(?:enough|sufficient)\s+(?:information|info|context"
+    r"|detail|evidence)\b"
+    r"|(?:unsure|uncertain|unclear|undeterminable|indeterminate|undetermined)\b"
+    r"|no\s+(?:idea|clue)\b"
+    r"|insufficient\s+(?:information|info|context|detail|evidence)\b"
+    r"|(?:maybe|perhaps|possibly|it\s+depends|depends\s+on)\b"
+    r"|could\s+be\s+(?:either|any|both)\b|either\s+way\b|n/a\b"
+    r"|none\s+of\s+the\s+(?:above|options|choices|answers)\b"
+    r"|无法(?:确定|判断|回答)|不确定|不知道"
+)
+
+
+def is_refusal(text: str) -> bool:
+    """Whether ``text`` refuses or hedges ("I can't tell", "not sure", "maybe", ...).
+
+    >>> is_refusal("I can't tell from the image."), is_refusal("Unsure"), is_refusal("unknown")
+    (True, True, False)
+    """
+    return next(iter_words(_REFUSAL, text.lower()), None) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Number words.
+
+_UNITS: Final = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19,
+}  # fmt: skip
+_TENS: Final = {
+    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+    "eighty": 80, "ninety": 90,
+}  # fmt: skip
+_SCALES: Final = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+_NUMWORD = r"(?:" + "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True)) + r")"
+NUMBER_WORDS: Final = (
+    r"(?:\b(?:an?\s+(?=(?:dozen|hundred|thousand|million|billion)\b))?"
+    + _NUMWORD
+    + r"(?:(?:[\s-]+and)?[\s-]+"
+    + _NUMWORD
+    + r")*\b)"
+)
+"""Regex source of a number written in words ("twenty-one", "a hundred and five")."""
+_NUMBER_WORDS = re.compile(NUMBER_WORDS)
+_WORD_SPLIT = re.compile(r"[\s-]+")
+_NUMBER_WORD_START = re.compile(
+    r"zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fifteen"
+    r"|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million|billion"
+    r"|dozen"
+)
+_MAX_NUMBER_WORDS = 12
+
+
+def words_to_number(words: str) -> Decimal | None:
+    """Read a number written in words; None if it is not one.
+
+    >>> words_to_number("twenty-one"), words_to_number("three hundred and five")
+    (Decimal('21'), Decimal('305'))
+    >>> words_to_number("a dozen"), words_to_number("two million")
+    (Decimal('12'), Decimal('2000000'))
+    """
+    parts = _WORD_SPLIT.split(words.lower().strip())
+    if len(parts) > _MAX_NUMBER_WORDS:
+        return None
+    total, current, seen = 0, 0, False
+    for part in parts:
+        if part in ("a", "an") and not seen:
+            pass
+        elif part in _UNITS:
+            current += _UNITS[part]
+        elif part in _TENS:
+            current += _TENS[part]
+        elif part in _SCALES:
+            current = max(current, 1) * _SCALES[part]
+            if _SCALES[part] >= 1000:
+                total, current = total + current, 0
+        elif part == "and" and seen:
+            continue
+        else:
+            return None
+        seen = seen or part not in ("a", "an")
+    return Decimal(total + current) if seen else None
+
+
+def _digits_for_words(m: re.Match[str]) -> str:
+    value = words_to_number(m.group(0))
+    return m.group(0) if value is None else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# VQA answer normalization, with the project's extras.
+
+_VQA_PUNCT: Final = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">")
+_VQA_PUNCT2: Final = ("<", "@", "`", ",", "?", "!", "*", "|")
+_NUM_COMMA = re.compile(r"\d,\d")
+_PERIOD = re.compile(r"\.(?!\d)")
+_ARTICLES: Final = frozenset({"a", "an", "the"})
+_CONTRACTIONS: Final = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldnt": "couldn't",
+    "couldve": "could've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
+    "hadnt": "hadn't", "hasnt": "hasn't", "havent": "haven't", "hes": "he's", "howd": "how'd",
+    "hows": "how's", "isnt": "isn't", "itd": "it'd", "itll": "it'll", "im": "i'm", "ive": "i've",
+    "mightnt": "mightn't", "mightve": "might've", "mustnt": "mustn't", "mustve": "must've",
+    "neednt": "needn't", "shouldnt": "shouldn't", "shouldve": "should've", "thats": "that's",
+    "theres": "there's", "theyd": "they'd", "theyll": "they'll", "theyre": "they're",
+    "theyve": "they've", "wasnt": "wasn't", "werent": "weren't", "weve": "we've",
+    "whats": "what's", "whens": "when's", "wheres": "where's", "whos": "who's",
+    "whys": "why's", "wont": "won't", "wouldnt": "wouldn't", "wouldve": "would've",
+    "yall": "y'all", "youd": "you'd", "youll": "you'll", "youre": "you're", "youve": "you've",
+}  # fmt: skip
+_VQA_DIGITS: Final = {"none": "0"}
+
+
+def vqa_normalize(text: str) -> str:
+    """Normalize an open answer the way the VQA evaluation does, plus the project's extras.
+
+    VQA rules: each punctuation mark is deleted where it touches a space (or when the text
+    holds a digit-comma-digit) and otherwise becomes a space; periods not followed by a digit
+    are deleted (``u.s.`` → ``us``, ``3.5`` stays); lower case; number words become digits
+    (``none`` → ``0``); articles are dropped; contractions get their apostrophe (``dont`` →
+    ``don't``). Extras: number words of any size (``twenty-one`` → ``21``), ``*`` and ``|``
+    count as punctuation, and whitespace is collapsed. Returns ``""`` when nothing is left.
+
+    >>> vqa_normalize("The U.S.!"), vqa_normalize("Twenty-one dogs"), vqa_normalize("1,234")
+    ('us', '21 dogs', '1234')
+    >>> vqa_normalize("Dont know"), vqa_normalize("red-white"), vqa_normalize("3.5 m.")
+    ("don't know", 'red white', '3.5 m')
+    """
+    s = text.replace("\n", " ").replace("\t", " ").strip().lower()
+    if _NUMBER_WORD_START.search(s):
+        s = _NUMBER_WORDS.sub(_digits_for_words, s)
+    strip_all = _NUM_COMMA.search(s) is not None
+    for p in _VQA_PUNCT + _VQA_PUNCT2:
+        if p in s:
+            glued = strip_all or f"{p} " in s or f" {p}" in s
+            s = s.replace(p, "" if glued else " ")
+    s = _PERIOD.sub("", s)
+    words = []
+    for word in s.split():
+        if word in _ARTICLES:
+            continue
+        word = _VQA_DIGITS.get(word, word)
+        words.append(_CONTRACTIONS.get(word, word))
+    return " ".join(words)
