@@ -189,7 +189,7 @@ def test_every_request_has_explicit_budgets_and_choices():
 def test_open_question_has_no_choices_and_auto_matching():
     small, large = pair({"short": "Seven"}, {"short": "7 apples"})
     out = graph(small, large).invoke({"question": "How many apples?"}, context={})
-    assert out["route"] == "agree" and out["canonical"] == "7"
+    assert out["route"] == "agree" and out["canonical"] == "7 apples"
     assert small.requests[0].choices is None
 
 
