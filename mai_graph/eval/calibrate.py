@@ -36,6 +36,7 @@ __all__ = [
     "context_file",
     "pareto_front",
     "score_setting",
+    "score_settings",
     "settings_grid",
     "split_samples",
     "wilson_bounds",
@@ -299,6 +300,20 @@ def score_setting(
     )
 
 
+def score_settings(
+    branches: Sequence[Branches],
+    settings: Iterable[Setting],
+    base: MAIContext | None = None,
+    *,
+    references: tuple[float, float] | None = None,
+) -> list[SettingScore]:
+    """:func:`score_setting` for many settings, sharing the replay caches."""
+    scorer = _Scorer()
+    return [
+        score_setting(branches, s, base, references=references, _scorer=scorer) for s in settings
+    ]
+
+
 def pareto_front(scores: Sequence[SettingScore]) -> list[SettingScore]:
     """Settings no other setting beats on both accuracy and transfer share, by share."""
     front: list[SettingScore] = []
@@ -390,9 +405,9 @@ def calibrate(
         refs[name] = {weak: w, strong: s}
         pairs[name] = (w, s) if w is not None and s is not None else None
     scorer = _Scorer()
+    grid = settings_grid(cal)
     curve = [
-        score_setting(cal, s, base, references=pairs["calibration"], _scorer=scorer)
-        for s in settings_grid(cal)
+        score_setting(cal, s, base, references=pairs["calibration"], _scorer=scorer) for s in grid
     ]
     objective: dict[str, Any] = {"confidence": confidence}
     if target_accuracy is not None:

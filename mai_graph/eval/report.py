@@ -25,7 +25,7 @@ from typing import Any
 
 from mai_graph.answers import canonical_gold
 from mai_graph.context import MAIContext
-from mai_graph.eval.calibrate import pareto_front, score_setting, settings_grid
+from mai_graph.eval.calibrate import pareto_front, score_settings, settings_grid
 from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
 from mai_graph.eval.scorers import METRIC_NAMES, kind_metrics, score
@@ -176,9 +176,7 @@ def _cost_quality(
     curve: list[dict[str, Any]] = []
     if runs:
         branches = [Branches.of(r) for r in runs]
-        scores = [
-            score_setting(branches, s, base, references=refs) for s in settings_grid(branches)
-        ]
+        scores = score_settings(branches, settings_grid(branches), base, references=refs)
         front = {id(s) for s in pareto_front(scores)}
         curve = [{**s.to_dict(), "pareto": id(s) in front} for s in scores]
     out["curve"] = curve
