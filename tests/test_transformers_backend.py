@@ -454,8 +454,12 @@ async def test_shutdown_aborts_the_running_request(tiny_pair, picture):
     task = asyncio.create_task(
         backend.generate(ask(image=picture, max_tokens=2000, min_tokens=2000))
     )
-    while not backend.busy:
-        await asyncio.sleep(0.01)
+
+    async def until_busy():
+        while not backend.busy:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(until_busy(), timeout=60)
     await asyncio.to_thread(backend.shutdown)
     gen = await task
     assert gen.finish_reason == "abort" and gen.generated_tokens < 2000
