@@ -243,7 +243,10 @@ def _ms(seconds: float | None) -> str:
 
 
 def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.1f}%"
+    if share is None:
+        return "-"
+    text = f"{100 * share:.1f}%"
+    return "0.0%" if text == "-0.0%" else text
 
 
 def _num(value: float | None, fmt: str = ".1f") -> str:
