@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BackendError", "ConfigError", "ImageError", "MAIError"]
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "ImageAccessError",
+    "ImageError",
+    "ImageMismatchError",
+    "MAIError",
+]
 
 _MISSING = object()
 
@@ -39,6 +46,17 @@ class ConfigError(MAIError, ValueError):
 
 class ImageError(MAIError, ValueError):
     """An image is missing, unreadable, too large or of an unsupported kind."""
+
+
+class ImageAccessError(ImageError):
+    """The image policy refuses the source (a path outside the allowed roots, a URL).
+
+    Every refused path gets the same message, whether or not a file exists there.
+    """
+
+
+class ImageMismatchError(ImageError):
+    """An image reference does not match its file: forged, stale, or the file is gone."""
 
 
 class BackendError(MAIError, RuntimeError):

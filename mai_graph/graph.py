@@ -19,6 +19,7 @@ from mai_graph.nodes.review import make_review
 from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
 from mai_graph.scoring import TokenScorer, default_scorers
+from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState, MAIState, OutputState
 
 __all__ = ["NODES", "create_mai_graph", "mermaid", "route_after_extract", "route_after_verify"]
@@ -65,6 +66,7 @@ def create_mai_graph(
     timeouts: float | Mapping[str, float] | None = None,
     scorers: Mapping[str, TokenScorer] | None = None,
     review: bool = False,
+    image_policy: ImagePolicy | None = None,
 ) -> StateGraph[MAIState, MAIContext, InputState, OutputState]:
     """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
 
@@ -87,6 +89,10 @@ def create_mai_graph(
             accept the flow or give the answer; a run can also ask for it with the
             ``review`` setting of its context. Needs a checkpointer; resume with
             ``Command(resume="continue")`` or ``Command(resume={"answer": ...})``.
+        image_policy: Which image sources runs may give
+            (:class:`~mai_graph.sources.ImagePolicy`); ``None`` trusts the caller (any local
+            path). Graphs serving others' input use ``ImagePolicy.untrusted(roots)`` or
+            ``ImagePolicy.from_env()``.
 
     Returns:
         A ``StateGraph`` with ``context_schema=MAIContext``; compile it with your checkpointer.
@@ -102,6 +108,13 @@ def create_mai_graph(
     """
     check_backend(small, "small")
     check_backend(large, "large")
+    if image_policy is not None and not isinstance(image_policy, ImagePolicy):
+        raise ConfigError(
+            f"image_policy must be an ImagePolicy or None, got {image_policy!r}",
+            parameter="image_policy",
+            value=image_policy,
+            fix="pass ImagePolicy.untrusted(roots=[...]) or ImagePolicy.from_env()",
+        )
     if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
         raise ConfigError(
             f"retry_policy must be a langgraph RetryPolicy or None, got {retry_policy!r}",
@@ -119,7 +132,7 @@ def create_mai_graph(
         output_schema=OutputState,
     )
     makers = {
-        "verify": make_verify(small, large),
+        "verify": make_verify(small, large, image_policy),
         "reason": make_reason(small, large),
         "extract": make_extract(small, large),
         "sparsify": make_sparsify(small, large, table),

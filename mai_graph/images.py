@@ -3,36 +3,62 @@
 State never holds pixels, so any checkpointer can store it. The hash is the sha256 of the decoded
 RGB pixels (plus size), so the same picture saved as PNG or as a data URL gets one hash; engines use
 it as the multimodal cache key.
+
+Where images may come from is decided by :mod:`mai_graph.sources` (the image policy); this module
+decodes, hashes, stores and loads. Everything here that touches files or decodes pixels blocks:
+call it off the event loop (the graph does; :func:`aload_image` is the async door).
+
+The image store keeps in-memory images (data URLs, bytes, PIL images, non-RGB files) as PNG
+files named by their pixel hash, in ``$MAI_GRAPH_IMAGE_DIR`` (default: a private folder of the
+user in the temp directory), bounded by ``$MAI_GRAPH_IMAGE_STORE_MB`` (default 1024): the least
+recently used files go first, never one used in the last :data:`STORE_KEEP_S` seconds.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import hashlib
 import io
 import os
 import re
+import stat
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from typing_extensions import TypedDict
 
-from mai_graph.errors import ImageError
+from mai_graph.errors import ConfigError, ImageError, ImageMismatchError
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
-__all__ = ["DEFAULT_MAX_PIXELS", "ImageRef", "image_ref", "load_image"]
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "STORE_KEEP_S",
+    "ImageRef",
+    "aload_image",
+    "check_ref",
+    "image_ref",
+    "load_image",
+    "store_dir",
+]
 
 DEFAULT_MAX_PIXELS = 40_000_000
 """Images with more pixels than this are refused (decompression-bomb guard)."""
 
-_DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
+DEFAULT_STORE_MB = 1024.0
+"""Default size bound of the image store, in MB (``$MAI_GRAPH_IMAGE_STORE_MB``)."""
+
+STORE_KEEP_S = 600.0
+"""Store files used within this many seconds are never evicted (running requests need them)."""
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ImageRef(TypedDict):
@@ -46,11 +72,34 @@ class ImageRef(TypedDict):
     height: int
 
 
-def _store_dir() -> Path:
-    root = os.environ.get("MAI_GRAPH_IMAGE_DIR")
-    path = Path(root) if root else Path(tempfile.gettempdir()) / "mai-graph-images"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def check_ref(value: Mapping[str, Any]) -> ImageRef:
+    """``value`` if it has the shape of an :class:`ImageRef` (no file access).
+
+    Raises:
+        ImageError: A key is missing or of the wrong type, or the hash is not 64 hex digits.
+    """
+    ok = (
+        isinstance(value.get("path"), str)
+        and bool(value["path"])
+        and isinstance(value.get("sha256"), str)
+        and bool(_SHA256.match(value["sha256"]))
+        and all(
+            isinstance(value.get(k), int) and not isinstance(value.get(k), bool) and value[k] > 0
+            for k in ("width", "height")
+        )
+    )
+    if not ok:
+        raise ImageError(
+            f"malformed image reference with keys {sorted(value)}",
+            parameter="image",
+            value={k: value[k] for k in sorted(value) if k in ("width", "height")},
+            fix="pass an ImageRef made by image_ref() (path, sha256, width, height), "
+            "or the image itself",
+        )
+    return cast(ImageRef, value)
+
+
+# -- decoding ----------------------------------------------------------------------------------
 
 
 def _to_rgb(img: PILImage.Image, source: str) -> PILImage.Image:
@@ -83,14 +132,14 @@ def _to_rgb(img: PILImage.Image, source: str) -> PILImage.Image:
     )
 
 
-def _open(data: bytes | Path, source: str, max_pixels: int) -> PILImage.Image:
+def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
     """Decode and validate; returns the image in its original mode."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+            img = Image.open(io.BytesIO(data))
             width, height = img.size
             if width * height > max_pixels:
                 raise ImageError(
@@ -133,22 +182,56 @@ def _pixel_hash(img: PILImage.Image) -> str:
     return digest.hexdigest()
 
 
-def _read_file(path: Path) -> bytes:
-    if not path.exists():
+def read_file(path: Path, *, max_bytes: int | None = None, nofollow: bool = False) -> bytes:
+    """The bytes of a regular, non-empty file (FIFOs and devices are refused without waiting).
+
+    Args:
+        path: The file.
+        max_bytes: Refuse files larger than this.
+        nofollow: Refuse a symbolic link as the last component.
+
+    Raises:
+        ImageError: Not found, not a regular file, empty, too large or unreadable; the message
+            says which (callers that must not reveal it replace the error).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError as exc:
         raise ImageError(
             f"image file not found: {path}",
             parameter="image",
             value=str(path),
             fix="pass the path of an existing image file",
-        )
-    if not path.is_file():
+        ) from exc
+    except OSError as exc:
         raise ImageError(
-            f"image path is not a file: {path}",
+            f"cannot open image file {path}: {exc.strerror}",
             parameter="image",
             value=str(path),
-            fix="pass the path of an image file, not a directory",
-        )
-    data = path.read_bytes()
+            fix="pass the path of a readable image file",
+        ) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ImageError(
+                f"image path is not a file: {path}",
+                parameter="image",
+                value=str(path),
+                fix="pass the path of an image file, not a directory or device",
+            )
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise ImageError(
+                f"image file {path} has {info.st_size:,} bytes, over the limit of {max_bytes:,}",
+                parameter="image",
+                value=str(path),
+                fix="pass a smaller image, or raise max_bytes if you trust the source",
+            )
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    finally:
+        os.close(fd)
     if not data:
         raise ImageError(
             f"image file is empty (0 bytes): {path}",
@@ -156,108 +239,258 @@ def _read_file(path: Path) -> bytes:
             value=str(path),
             fix="re-export or re-download the image",
         )
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ImageError(
+            f"image file {path} grew over the limit of {max_bytes:,} bytes while being read",
+            parameter="image",
+            value=str(path),
+        )
     return data
 
 
-def _store(img: PILImage.Image, digest: str) -> Path:
-    path = _store_dir() / f"{digest}.png"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        img.save(tmp, format="PNG")
-        os.replace(tmp, path)
-    return path
+def make_ref(
+    source: bytes | PILImage.Image, label: str, *, max_pixels: int, file: Path | None = None
+) -> ImageRef:
+    """Decode, validate and hash an image into its reference (blocking).
+
+    Args:
+        source: Encoded image bytes, or a PIL image.
+        label: How messages name the image (a path, ``<data URL>``, ...).
+        max_pixels: Refuse images with more pixels than this.
+        file: The file ``source`` was read from; the reference points at it when it holds RGB
+            pixels, else (and for in-memory sources) at a PNG copy in the image store.
+    """
+    from PIL import Image
+
+    if isinstance(source, Image.Image):
+        if source.width * source.height > max_pixels:
+            raise ImageError(
+                f"image {label} has {source.width}x{source.height} pixels, "
+                f"over the limit of {max_pixels:,}",
+                parameter="image",
+                fix="resize the image, or raise max_pixels",
+            )
+        raw = source
+    else:
+        raw = _open(source, label, max_pixels)
+    img = _to_rgb(raw, label)
+    digest = _pixel_hash(img)
+    # Non-RGB files are stored converted, so every backend reads the same pixels.
+    path = file if file is not None and raw.mode == "RGB" else _store(img, digest)
+    _cache_put(digest, str(path), img)
+    return ImageRef(path=str(path), sha256=digest, width=img.width, height=img.height)
 
 
 def image_ref(source: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageRef:
-    """Validate an image and return its reference.
+    """Validate an image from a trusted caller and return its reference (blocking).
+
+    This is the Python caller's door: any local path is read. Inputs from others go through
+    :func:`mai_graph.sources.resolve_image` with an untrusted
+    :class:`~mai_graph.sources.ImagePolicy`.
 
     Args:
-        source: A file path (``str`` / ``Path``), a ``data:image/...;base64,`` URL, raw encoded
-            bytes, a PIL image, or an existing :class:`ImageRef` (returned as is).
+        source: A file path (``str`` / ``Path``, ``~`` expanded, ``file://``), a
+            ``data:image/...;base64,`` URL or plain base64 of an image file, raw encoded bytes,
+            a PIL image, or an existing :class:`ImageRef` (returned as is; checked when loaded).
         max_pixels: Refuse images with more pixels than this.
 
     Returns:
         An :class:`ImageRef`. In-memory sources (bytes, data URLs, PIL images) are written once
-        to the image store (``$MAI_GRAPH_IMAGE_DIR``, default a temp folder) by hash.
+        to the image store by hash.
 
     Raises:
         ImageError: Missing, empty, corrupt, oversized or unsupported images.
     """
-    from PIL import Image
+    from mai_graph.sources import ImagePolicy, resolve_image
 
-    if isinstance(source, dict) and {"path", "sha256"} <= source.keys():
-        return source  # type: ignore[return-value]
-    if isinstance(source, Image.Image):
-        img, path = _to_rgb(source, "<PIL image>"), None
-    elif isinstance(source, bytes | bytearray):
-        if not source:
-            raise ImageError(
-                "image bytes are empty", parameter="image", value=b"", fix="pass encoded bytes"
-            )
-        img, path = _to_rgb(_open(bytes(source), "<bytes>", max_pixels), "<bytes>"), None
-    elif isinstance(source, str) and _DATA_URL.match(source):
-        try:
-            data = base64.b64decode(source[_DATA_URL.match(source).end() :], validate=True)  # type: ignore[union-attr]
-        except (binascii.Error, ValueError) as exc:
-            raise ImageError(
-                "image data URL is not valid base64",
-                parameter="image",
-                value=source[:64],
-                fix="encode the image bytes with standard base64",
-            ) from exc
-        img, path = _to_rgb(_open(data, "<data URL>", max_pixels), "<data URL>"), None
-    elif isinstance(source, str | os.PathLike):
-        file = Path(source).expanduser()
-        raw = _open(_read_file(file), str(file), max_pixels)
-        img = _to_rgb(raw, str(file))
-        # Non-RGB files are stored converted, so every backend reads the same pixels.
-        path = file.resolve() if raw.mode == "RGB" else None
-    else:
-        raise ImageError(
-            f"unsupported image source of type {type(source).__name__}",
-            parameter="image",
-            value=repr(source)[:80],
-            fix="pass a file path, data URL, bytes or a PIL image",
+    return resolve_image(source, ImagePolicy.trusted(max_pixels=max_pixels))
+
+
+# -- the image store ---------------------------------------------------------------------------
+
+
+def _store_limit() -> int:
+    raw = os.environ.get("MAI_GRAPH_IMAGE_STORE_MB")
+    try:
+        mb = float(raw) if raw else DEFAULT_STORE_MB
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ConfigError(
+            f"MAI_GRAPH_IMAGE_STORE_MB must be a positive number of MB, got {raw!r}",
+            parameter="MAI_GRAPH_IMAGE_STORE_MB",
+            value=raw,
+            fix="set it to e.g. 1024, or unset it",
         )
-    digest = _pixel_hash(img)
-    if path is None:
-        path = _store(img, digest)
-    ref = ImageRef(path=str(path), sha256=digest, width=img.width, height=img.height)
-    _cache_put(digest, img)
-    return ref
+    return int(mb * 1_000_000)
 
 
-_CACHE: OrderedDict[str, PILImage.Image] = OrderedDict()
+def store_dir() -> Path:
+    """The image store's folder, created private (mode 0700) if missing (blocking).
+
+    ``$MAI_GRAPH_IMAGE_DIR`` if set, else ``mai-graph-images-<uid>`` in the temp directory
+    (which must then be a directory of this user, not a link).
+
+    Raises:
+        ImageError: The default folder exists but is not this user's private directory.
+    """
+    configured = os.environ.get("MAI_GRAPH_IMAGE_DIR")
+    if configured:
+        path = Path(configured).expanduser()
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return path
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    path = Path(tempfile.gettempdir()) / f"mai-graph-images-{uid if uid is not None else 'user'}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid):
+        raise ImageError(
+            f"the image store {path} is not a private directory of this user",
+            parameter="MAI_GRAPH_IMAGE_DIR",
+            value=str(path),
+            fix="remove it, or set MAI_GRAPH_IMAGE_DIR to a folder only this user can write",
+        )
+    return path
+
+
+def _store(img: PILImage.Image, digest: str) -> Path:
+    """The store's copy of ``img`` (written once, named by its hash); marks it recently used."""
+    directory = store_dir()
+    path = directory / f"{digest}.png"
+    try:
+        os.utime(path)  # already stored: keep it from eviction
+        return path
+    except FileNotFoundError:
+        pass
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    data = buf.getvalue()
+    _prune(directory, need=len(data))
+    tmp = directory / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
+        with open(os.open(tmp, flags, 0o600), "wb", closefd=True) as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _unlink(str(tmp))
+        raise ImageError(
+            f"cannot write to the image store {directory}: {exc.strerror}",
+            parameter="MAI_GRAPH_IMAGE_DIR",
+            value=str(directory),
+            fix="free disk space, or set MAI_GRAPH_IMAGE_DIR to a writable folder",
+        ) from exc
+    return path
+
+
+def _prune(directory: Path, *, need: int = 0) -> None:
+    """Evict least recently used store files until ``need`` more bytes fit under the bound.
+
+    Files used within :data:`STORE_KEEP_S` are kept; stale temp files of crashed writers are
+    removed.
+
+    Raises:
+        ImageError: The store is full of recently used images.
+    """
+    limit = _store_limit()
+    now = time.time()
+    total = 0
+    files: list[tuple[float, int, str]] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if entry.name.endswith(".tmp") and now - info.st_mtime > STORE_KEEP_S:
+                _unlink(entry.path)
+                continue
+            total += info.st_size
+            if entry.name.endswith(".png"):
+                files.append((info.st_mtime, info.st_size, entry.path))
+    if total + need <= limit:
+        return
+    for mtime, size, path in sorted(files):
+        if total + need <= limit or now - mtime < STORE_KEEP_S:
+            break
+        _unlink(path)
+        total -= size
+    if total + need > limit:
+        raise ImageError(
+            f"the image store is full ({total:,} bytes of recently used images; the bound is "
+            f"{limit:,} bytes)",
+            parameter="MAI_GRAPH_IMAGE_STORE_MB",
+            value=limit,
+            fix="retry in a few minutes, or raise MAI_GRAPH_IMAGE_STORE_MB",
+        )
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+_CACHE: OrderedDict[tuple[str, str], PILImage.Image] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 32
 
 
-def _cache_put(digest: str, img: PILImage.Image) -> None:
+def _cache_put(digest: str, path: str, img: PILImage.Image) -> None:
     with _CACHE_LOCK:
-        _CACHE[digest] = img
-        _CACHE.move_to_end(digest)
+        _CACHE[digest, path] = img
+        _CACHE.move_to_end((digest, path))
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
 
 
+def _cached(ref: ImageRef) -> PILImage.Image | None:
+    # Keyed by hash *and* path: a reference naming another file misses and is verified on disk.
+    with _CACHE_LOCK:
+        return _CACHE.get((ref["sha256"], ref["path"]))
+
+
 def load_image(ref: ImageRef, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> PILImage.Image:
-    """The RGB pixels of ``ref`` (cached by hash; re-verified when read from disk).
+    """The RGB pixels of ``ref``, verified against its hash (blocking when not cached).
+
+    Pixels are cached by hash and path, as validated; anything read from disk is hashed again.
 
     Raises:
-        ImageError: The file is gone, or its pixels no longer match the reference's hash.
+        ImageMismatchError: The file is gone, unreadable, or its pixels do not match the
+            reference's hash (a stale or forged reference); one message for all of these.
     """
-    with _CACHE_LOCK:
-        img = _CACHE.get(ref["sha256"])
+    img = _cached(ref)
     if img is not None:
         return img
     path = Path(ref["path"])
-    img = _to_rgb(_open(_read_file(path), str(path), max_pixels), str(path))
-    if _pixel_hash(img) != ref["sha256"]:
-        raise ImageError(
-            f"image {path} changed after it was referenced (pixel hash differs)",
+    try:
+        img = _to_rgb(_open(read_file(path), str(path), max_pixels), str(path))
+        matches = _pixel_hash(img) == ref["sha256"]
+    except ImageError:
+        matches = False
+    if not matches:
+        raise ImageMismatchError(
+            f"image reference {ref['sha256'][:12]}... does not match a readable file at {path} "
+            "(changed or missing since it was referenced, or forged)",
             parameter="image",
             value=str(path),
-            fix="start a new run with the current image, or restore the original file",
+            fix="start a new run with the image itself, or restore the original file",
         )
-    _cache_put(ref["sha256"], img)
-    return img
+    _cache_put(ref["sha256"], ref["path"], cast("PILImage.Image", img))
+    return cast("PILImage.Image", img)
+
+
+async def aload_image(ref: ImageRef, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> PILImage.Image:
+    """:func:`load_image` for async code: cached pixels at once, else read in a thread."""
+    img = _cached(ref)
+    if img is not None:
+        return img
+    return await asyncio.to_thread(load_image, ref, max_pixels=max_pixels)

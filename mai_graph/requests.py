@@ -17,8 +17,9 @@ from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
 from mai_graph.backends.base import GenerationRequest
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
-from mai_graph.images import ImageRef, image_ref
+from mai_graph.images import ImageRef
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
+from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import Request
 
 __all__ = [
@@ -41,10 +42,13 @@ class Question:
     kind: AnswerKind
 
     @classmethod
-    def from_input(cls, state: Mapping[str, Any], ctx: MAIContext) -> Question:
+    def from_input(
+        cls, state: Mapping[str, Any], ctx: MAIContext, policy: ImagePolicy | None = None
+    ) -> Question:
         """Validate a run's raw inputs; turns a path / data URL / bytes into an ImageRef.
 
-        Blocking (file reads, image decoding): call it off the event loop.
+        The image is accepted under ``policy`` (None: a trusted caller's, any local path).
+        Blocking (file reads, image decoding, the image store): call it off the event loop.
         """
         text = state.get("question")
         if not isinstance(text, str) or not text.strip():
@@ -56,7 +60,7 @@ class Question:
             )
         options = normalize_options(state.get("options"))
         raw = state.get("image")
-        image = image_ref(raw) if raw is not None else None
+        image = resolve_image(raw, policy) if raw is not None else None
         return cls(text, image, options, resolve_kind(ctx.answer_kind, options))
 
     @classmethod

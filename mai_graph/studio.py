@@ -6,6 +6,10 @@ Backends come from environment variables (:func:`~mai_graph.backends.select.back
 start on the first real run, transformers models load on the first request), so the server can
 read schemas without a GPU.
 
+The server's callers are not the machine's owner, so images follow the untrusted policy
+(:meth:`~mai_graph.sources.ImagePolicy.from_env`): data URLs or base64, files only under
+``MAI_GRAPH_IMAGE_ROOTS``, http(s) URLs only with ``MAI_GRAPH_IMAGE_URLS=1``.
+
 The context schema (:class:`~mai_graph.context.MAIContext`) is the assistant's config form.
 """
 
@@ -13,8 +17,22 @@ from __future__ import annotations
 
 from mai_graph.backends.select import backends_from_env
 from mai_graph.graph import create_mai_graph
+from mai_graph.langchain import create_mai_chat_graph
+from mai_graph.sources import ImagePolicy
 
-__all__ = ["backends_from_env", "graph"]
+__all__ = ["backends_from_env", "chat_graph", "graph", "image_policy"]
 
-graph = create_mai_graph(*backends_from_env()).compile(name="mai")
+image_policy = ImagePolicy.from_env()
+"""The images this server accepts (read once, at start-up)."""
+
+_small, _large = backends_from_env()
+
+graph = create_mai_graph(_small, _large, image_policy=image_policy).compile(name="mai")
 """The compiled MAI graph (no checkpointer: the server brings its own)."""
+
+chat_graph = create_mai_chat_graph(_small, _large, image_policy=image_policy).compile(
+    name="mai_chat"
+)
+"""The same models as a ``MessagesState`` chat graph, for Studio's chat view: the last human
+message (text and an image part) is the question; the reply's tokens stream in
+``stream_mode="messages"``."""

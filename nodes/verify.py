@@ -12,6 +12,7 @@ from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.gate import after_disagreement, agreement_exits
 from mai_graph.requests import Question, short_request
+from mai_graph.sources import ImagePolicy
 from mai_graph.state import MAIState, run_keys
 
 from ._common import Node, RunScope, call
@@ -21,15 +22,21 @@ _RUN_KEYS = run_keys()
 _INPUT_KEYS = ("question", "image", "options")
 
 
-async def read_question(state: MAIState, scope: RunScope) -> Question:
-    """Validate the run's inputs once; image files are read and decoded off the event loop."""
+async def read_question(
+    state: MAIState, scope: RunScope, policy: ImagePolicy | None = None
+) -> Question:
+    """Validate the run's inputs once; images are read, decoded and stored off the event loop."""
     if state.get("image") is None:
         return Question.from_input(state, scope.ctx)
-    return await asyncio.to_thread(Question.from_input, state, scope.ctx)
+    return await asyncio.to_thread(Question.from_input, state, scope.ctx, policy)
 
 
 async def verify(
-    state: MAIState, scope: RunScope, small: VLMBackend, large: VLMBackend
+    state: MAIState,
+    scope: RunScope,
+    small: VLMBackend,
+    large: VLMBackend,
+    policy: ImagePolicy | None = None,
 ) -> dict[str, Any]:
     """Ask both models for a short answer at once; agreement (or a short baseline) ends the run.
 
@@ -39,7 +46,7 @@ async def verify(
     CoT baselines (``small_cot`` / ``large_cot``) make no call here: they only prepare inputs.
     """
     ctx = scope.ctx
-    q = await read_question(state, scope)
+    q = await read_question(state, scope, policy)
     # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
     update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
     # The inputs are consumed: a later run on this thread uses only what its own input gives.
@@ -126,6 +133,8 @@ async def _cancel(task: asyncio.Future[Any] | None) -> None:
         await task
 
 
-def make_verify(small: VLMBackend, large: VLMBackend) -> Node:
-    """The ``verify`` node with its backends bound."""
-    return Node("verify", lambda state, scope: verify(state, scope, small, large))
+def make_verify(
+    small: VLMBackend, large: VLMBackend, image_policy: ImagePolicy | None = None
+) -> Node:
+    """The ``verify`` node with its backends (and the image policy of its inputs) bound."""
+    return Node("verify", lambda state, scope: verify(state, scope, small, large, image_policy))

@@ -1,5 +1,6 @@
 import base64
 import io
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -137,3 +138,122 @@ def test_changed_file_is_detected(png):
     Image.new("RGB", (64, 48), (0, 0, 255)).save(png)
     with pytest.raises(ImageError, match="changed"):
         load_image(ref)
+
+
+# -- references are verified when loaded -------------------------------------------------------
+
+
+def test_forged_reference_cannot_read_a_cached_image_or_probe_files(png, tmp_path):
+    from mai_graph.errors import ImageMismatchError
+
+    ref = image_ref(png)  # its pixels are now cached
+    other = tmp_path / "other.png"
+    Image.new("RGB", (64, 48), (0, 0, 255)).save(other)
+    messages = []
+    for path in (other, tmp_path / "missing.png", tmp_path):
+        forged = {**ref, "path": str(path)}  # right hash, another file
+        with pytest.raises(ImageMismatchError) as err:
+            load_image(forged)
+        messages.append(str(err.value).replace(str(path), "<path>"))
+    assert len(set(messages)) == 1  # changed, missing or a folder: one message
+    assert load_image(ref).getpixel((0, 0)) == (200, 20, 20)
+
+
+def test_reference_is_verified_after_a_restart(png):
+    from mai_graph import images
+
+    ref = image_ref(png)
+    images._CACHE.clear()  # as in a new process resuming from a checkpoint
+    assert load_image(ref).size == (64, 48)
+
+
+def test_malformed_reference_is_refused():
+    with pytest.raises(ImageError, match="malformed"):
+        image_ref({"path": "x.png", "sha256": "not-a-hash", "width": 1, "height": 1})
+
+
+async def test_aload_image_reads_in_a_thread(png):
+    from mai_graph import images
+    from mai_graph.images import aload_image
+
+    ref = image_ref(png)
+    images._CACHE.clear()
+    assert (await aload_image(ref)).size == (64, 48)
+    assert (await aload_image(ref)) is load_image(ref)  # cached now
+
+
+# -- the image store ---------------------------------------------------------------------------
+
+
+def test_store_files_are_named_by_content_hash_and_private(png):
+    import os
+    import stat
+
+    from mai_graph.images import store_dir
+
+    ref = image_ref(png.read_bytes())
+    path = Path(ref["path"])
+    assert path.parent == store_dir() and path.name == f"{ref['sha256']}.png"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_default_store_is_a_private_folder_of_the_user(tmp_path, monkeypatch):
+    import os
+    import stat
+    import tempfile
+
+    from mai_graph.images import store_dir
+
+    monkeypatch.delenv("MAI_GRAPH_IMAGE_DIR")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = store_dir()
+    assert folder.parent == tmp_path and str(os.getuid()) in folder.name
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    folder.symlink_to(tmp_path / "elsewhere")  # planted by someone else
+    with pytest.raises(ImageError, match="not a private directory"):
+        store_dir()
+
+
+def _stored(color):
+    return Path(image_ref(Image.new("RGB", (200, 200), color))["path"])
+
+
+def test_store_evicts_least_recently_used_files_over_its_bound(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
+    first = _stored((1, 1, 1))
+    size = first.stat().st_size
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", str(2.5 * size / 1e6))
+    second = _stored((2, 2, 2))
+    old = time.time() - 3600
+    os.utime(first, (old - 10, old - 10))
+    os.utime(second, (old, old))
+    _stored((1, 1, 1))  # used again: now the most recent
+    stale_tmp = tmp_path / "store" / ".abc.1.2.tmp"
+    stale_tmp.write_bytes(b"x")
+    os.utime(stale_tmp, (old, old))
+    third = _stored((3, 3, 3))
+    assert first.exists() and third.exists()
+    assert not second.exists() and not stale_tmp.exists()
+
+
+def test_store_never_evicts_recently_used_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
+    first = _stored((1, 1, 1))
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", str(1.5 * first.stat().st_size / 1e6))
+    with pytest.raises(ImageError, match="image store is full"):
+        _stored((2, 2, 2))
+    assert first.exists()
+
+
+def test_store_bound_is_validated(tmp_path, monkeypatch):
+    from mai_graph import ConfigError
+
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "lots")
+    with pytest.raises(ConfigError, match="MAI_GRAPH_IMAGE_STORE_MB"):
+        _stored((9, 9, 9))
