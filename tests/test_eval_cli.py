@@ -118,3 +118,18 @@ def test_calibrate_needs_branches(data, tmp_path, capsys):
     code = main(["calibrate", "--records", str(tmp_path), "--target-accuracy", "0.5"])
     assert code == EXIT_USAGE
     assert "--branches" in capsys.readouterr().err
+
+
+def test_docs_mention_every_eval_and_calibrate_flag():
+    from pathlib import Path
+
+    from mai_graph.cli import build_parser
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for command in ("eval", "calibrate", "synth-data"):
+        assert f"mai-graph {command}" in docs
+        for action in sub.choices[command]._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag not in ("--help", "--verbose"):
+                    assert flag in docs, f"docs/evaluation.md does not mention {command} {flag}"
