@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -47,50 +46,119 @@ def test_env_selects_backends_without_starting_engines():
         backends_from_env({"MAI_GRAPH_BACKEND": "transformers"})
 
 
-def _call(url, payload=None, method=None):
-    data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
-                                 headers={"content-type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return resp.read().decode()
+@pytest.fixture(scope="module")
+def studio_images(tmp_path_factory):
+    """An allowed image root with one picture, and a picture outside it."""
+    from PIL import Image
+
+    base = tmp_path_factory.mktemp("studio-images")
+    (base / "allowed").mkdir()
+    Image.new("RGB", (40, 30), (20, 160, 30)).save(base / "allowed" / "green.png")
+    Image.new("RGB", (40, 30), (20, 160, 30)).save(base / "private.png")
+    return base
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, studio_images):
     cli = Path(sys.executable).parent / "langgraph"
     if not cli.exists() and not shutil.which("langgraph"):
         pytest.skip("langgraph-cli is installed with the studio extra")
     port = free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true",
-           "MAI_GRAPH_BACKEND": "fake"}  # fmt: skip
+           "MAI_GRAPH_BACKEND": "fake", "MAI_GRAPH_IMAGE_ROOTS": str(studio_images / "allowed"),
+           "MAI_GRAPH_IMAGE_DIR": str(studio_images / "store")}  # fmt: skip
+    env.pop("LANGGRAPH_ALLOW_BLOCKING", None)
+    # No --allow-blocking: the dev server fails any run that blocks its event loop.
     cmd = [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("studio") / "server.log"
     with serving(cmd, f"{base}/ok", log, env=env, cwd=ROOT, timeout=90):
         yield base
+    text = log.read_text()
+    assert "BlockingError" not in text and "blocking call" not in text.lower(), text[-3000:]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from langgraph_sdk import get_sync_client
+
+    return get_sync_client(url=server)
+
+
+@pytest.fixture(scope="module")
+def assistant_id(client):
+    (assistant,) = client.assistants.search(graph_id="mai")
+    return assistant["assistant_id"]
 
 
 @pytest.mark.server
-def test_studio_api_serves_the_graph(server):
-    (assistant,) = json.loads(_call(f"{server}/assistants/search", {"graph_id": "mai"}))
-    aid = assistant["assistant_id"]
-    schemas = json.loads(_call(f"{server}/assistants/{aid}/schemas"))
-    assert set(schemas["input_schema"]["properties"]) == {"question", "image", "options"}
+def test_studio_api_serves_the_graph(client, assistant_id):
+    schemas = client.assistants.get_schemas(assistant_id)
+    props = schemas["input_schema"]["properties"]
+    assert set(props) == {"question", "image", "options"}
+    assert "data URL" in props["image"]["description"] and "base64" in props["image"]["description"]
     assert "route" in schemas["output_schema"]["properties"]
     context = schemas["context_schema"]["properties"]
     assert context["policy"]["enum"] == ["mai", "small", "large", "small_cot", "large_cot"]
     assert context["keep_ratio"]["default"] == 0.2
 
-    body = {"assistant_id": aid, "input": {"question": "Which colour?", "options": ["red", "blue"]},
-            "context": {"keep_ratio": 0.3}}  # fmt: skip
-    out = json.loads(_call(f"{server}/runs/wait", body))
+    out = client.runs.wait(None, assistant_id, input={"question": "Which colour?",
+                           "options": ["red", "blue"]}, context={"keep_ratio": 0.3})  # fmt: skip
     assert out["route"] in ("agree", "extract_agree", "transfer")
     assert out["canonical"] in ("A", "B") and out["metrics"]
 
-    body = {"assistant_id": aid, "input": {"question": "Is the square red?"},
-            "stream_mode": ["updates", "custom"]}  # fmt: skip
-    lines = _call(f"{server}/runs/stream", body).splitlines()
-    events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+    parts = list(client.runs.stream(None, assistant_id, input={"question": "Is the square red?"},
+                                    stream_mode=["updates", "custom"]))  # fmt: skip
+    events = [part.event for part in parts]
     assert "updates" in events and "custom" in events
     assert events[0] == "metadata"
+
+
+def _image_run(client, assistant_id, image):
+    """(the image reference the run recorded, or None; the error, or None)."""
+    thread = client.threads.create()
+    out = client.runs.wait(thread["thread_id"], assistant_id,
+                           input={"question": "Is the square green?", "image": image},
+                           raise_error=False)  # fmt: skip
+    if "__error__" in out:
+        return None, out["__error__"]
+    state = client.threads.get_state(thread["thread_id"])
+    return state["values"]["request"]["image"], None
+
+
+@pytest.mark.server
+def test_studio_images_inline_or_under_the_allowed_roots(client, assistant_id, studio_images):
+    import base64
+
+    data = (studio_images / "allowed" / "green.png").read_bytes()
+    b64 = base64.b64encode(data).decode()
+    by_url, err = _image_run(client, assistant_id, "data:image/png;base64," + b64)
+    assert err is None, err
+    by_b64, err = _image_run(client, assistant_id, b64)
+    assert err is None, err
+    by_path, err = _image_run(client, assistant_id, str(studio_images / "allowed" / "green.png"))
+    assert err is None, err
+    assert by_url["sha256"] == by_b64["sha256"] == by_path["sha256"]
+    assert (by_url["width"], by_url["height"]) == (40, 30)
+
+
+@pytest.mark.server
+def test_studio_refuses_server_paths_without_an_existence_oracle(
+    client, assistant_id, studio_images
+):
+    refused = [
+        str(studio_images / "private.png"),  # exists, outside the root
+        str(studio_images / "missing.png"),  # does not exist
+        str(studio_images / "allowed" / ".." / "private.png"),
+        "/etc/passwd",
+        "~/.bashrc",
+        "file:///etc/hostname",
+    ]
+    messages = set()
+    for source in refused:
+        ref, err = _image_run(client, assistant_id, source)
+        assert ref is None and err["error"] == "ImageAccessError", (source, err)
+        messages.add(err["message"].replace(source, "<given>"))
+    assert len(messages) == 1, messages
+    assert "not found" not in messages.pop()
