@@ -15,6 +15,7 @@ from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
 from mai_graph.langchain import MAIChatModel, create_mai_chat_graph
 from mai_graph.messages import Message
+from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState, MAIState, NodeMetrics, OutputState, Route
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Generation",
     "GenerationRequest",
     "ImageError",
+    "ImagePolicy",
     "ImageRef",
     "InputState",
     "MAIChatModel",
