@@ -33,10 +33,11 @@ from mai_graph.eval.records import (
     CallRecord,
     RecordWriter,
     SampleRecord,
+    SampleRun,
     SessionRecord,
     read_records,
 )
-from mai_graph.eval.replay import ratio_key
+from mai_graph.eval.replay import outcome, ratio_key
 from mai_graph.eval.scorers import score
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState
@@ -165,30 +166,32 @@ class _Evaluation:
         else:
             out = await self.graph.ainvoke(sample.graph_input(), context=ctx, output_keys=self.keys)
         wall = time.perf_counter() - start
-        lines: list[Any] = self._calls(policy, sample, out, ctx.keep_ratio if branches else None)
+        calls = self._calls(policy, sample, out, ctx.keep_ratio if branches else None)
         for ratio, fork in forks:
-            lines += [c for c in self._calls(policy, sample, fork, ratio) if c.node == "answer"][
+            calls += [c for c in self._calls(policy, sample, fork, ratio) if c.node == "answer"][
                 -1:
             ]
-        verdict = score(out["answer"], sample.answer, sample.kind, sample.options)
-        lines.append(
-            SampleRecord(
-                sample=sample.id,
-                policy=policy,
-                branches=branches,
-                route=out["route"],
-                answer=out["answer"],
-                canonical=out["canonical"],
-                wall_s=wall,
-                gold=sample.answer,
-                kind=sample.kind,
-                options=sample.options,
-                digest=sample.digest(),
-                meta=sample.meta,
-            )
+        record = SampleRecord(
+            sample=sample.id,
+            policy=policy,
+            branches=branches,
+            route=out["route"],
+            answer=out["answer"],
+            canonical=out["canonical"],
+            wall_s=wall,
+            gold=sample.answer,
+            kind=sample.kind,
+            options=sample.options,
+            digest=sample.digest(),
+            meta=sample.meta,
         )
-        await asyncio.to_thread(self.writer.write, lines)
-        return verdict.correct
+        await asyncio.to_thread(self.writer.write, [*calls, record])
+        # The verdict the report will show (a run with every branch is replayed under the
+        # base context's gate).
+        answer = out["answer"]
+        if branches:
+            answer = outcome(SampleRun(record, calls), self.base.replace(policy=policy)).answer
+        return score(answer, sample.answer, sample.kind, sample.options).correct
 
     async def _forks(
         self, thread: dict[str, Any], ctx: MAIContext
