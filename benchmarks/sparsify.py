@@ -23,10 +23,12 @@ from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.context import SparsifyStrategy
 from mai_graph.demo import DEMO_OPTIONS, demo_image
 from mai_graph.images import image_ref
+from mai_graph.nodes._common import RunScope
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
 from mai_graph.nodes.verify import verify
+from mai_graph.requests import Question
 from mai_graph.scoring import AttentionScorer, default_scorers
 from mai_graph.testing import tiny_backends
 
@@ -62,11 +64,12 @@ async def main(args):
 
 async def run(args, small, large, scorers, image):
     base = MAIContext(cot_max_tokens=args.cot, cot_min_tokens=args.cot, constrain_choices=False)
-    share_ids = same_tokenizer(small, large)
+    share_ids = await same_tokenizer(small, large)
     states = []
     for question in QUESTIONS[: args.texts]:
-        state = {"question": question, "options": DEMO_OPTIONS, "image": image}
-        state.update(await reason(state, base, small, large))
+        inputs = {"question": question, "options": DEMO_OPTIONS, "image": image}
+        state = {**inputs, "request": Question.from_input(inputs, base).as_request()}
+        state.update(await reason(state, RunScope.offline(base), small, large))
         states.append(state)
     rows = {}
     for strategy in STRATEGIES:
@@ -82,10 +85,9 @@ async def run(args, small, large, scorers, image):
                     update = await sparsify(state, ctx, scorers, share_ids)
                 info = update["sparsification"]
                 await large.reset_prefix_cache()
-                await verify(
-                    {**state, "options": state["options"]}, MAIContext(policy="large"), small, large
-                )
-                out = await answer({**state, **update}, ctx, large)
+                only_large = RunScope.offline(MAIContext(policy="large"))
+                await verify(state, only_large, small, large)
+                out = await answer({**state, **update}, RunScope.offline(ctx), large)
                 call = out["metrics"][0]
                 scoring.append(info["scoring_s"])
                 prompt.append(call["prompt_tokens"] - (call["cached_tokens"] or 0))
@@ -123,7 +125,7 @@ async def attention_paths(scorer, states, ctx):
     model = scorer.model
     full, cold, warm = [], [], []
     for state in states:
-        reasoning = reasoning_input(state, ctx)
+        reasoning = reasoning_input(state, Question.from_state(state, ctx), ctx)
         request = GenerationRequest(reasoning.s2_messages, max_tokens=1, purpose="attention")
         await model.attention(request)  # load + warm
         for bucket, kwargs, clear in (

@@ -1,7 +1,7 @@
 """LangChain / chat-agent integration: messages in, MAI, an ``AIMessage`` out.
 
 - :func:`messages_to_input` reads the question, the image and the options off the last human
-  message (text and image content parts: data URLs, file paths, base64 blocks).
+  message (text and image content parts: data URLs, base64 blocks, paths, URLs).
 - :func:`result_message` turns a run's output into an ``AIMessage`` whose ``usage_metadata``
   and ``response_metadata`` carry tokens, route and latency.
 - :func:`create_mai_chat_graph` wraps MAI for ``MessagesState`` graphs (chat agents,
@@ -9,6 +9,11 @@
 - :class:`MAIChatModel` is a LangChain chat model over MAI: ``invoke``, ``ainvoke``, ``batch``,
   ``stream``, ``astream`` with multimodal messages. It answers questions; it does not call
   tools, follow multi-turn instructions or honour stop sequences.
+
+Message content is someone else's input: both take images under the untrusted policy by default
+(:meth:`~mai_graph.sources.ImagePolicy.from_env`: data URLs and base64; files only under
+``MAI_GRAPH_IMAGE_ROOTS``; http(s) only with ``MAI_GRAPH_IMAGE_URLS=1``); pass
+``image_policy`` to choose another.
 """
 
 from __future__ import annotations
@@ -16,16 +21,23 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.chat_models import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, MessagesState, StateGraph
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from mai_graph.answers import Options
+from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError, ImageError
@@ -33,13 +45,17 @@ from mai_graph.graph import create_mai_graph
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import Node, RunScope
 from mai_graph.result import totals
+from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState
 
 __all__ = ["MAIChatModel", "create_mai_chat_graph", "messages_to_input", "result_message"]
 
 
 def _image_source(part: Mapping[str, Any]) -> str:
-    """The image of a content part as a path or data URL."""
+    """The image of a content part as given (data URL, base64, path or URL).
+
+    Whether it may be read is the graph's image policy's decision, when the run starts.
+    """
     kind = part.get("type")
     if kind == "image_url":
         url = part.get("image_url")
@@ -55,16 +71,9 @@ def _image_source(part: Mapping[str, Any]) -> str:
         raise ImageError(
             f"image content part has no usable source: {sorted(part)}",
             parameter="messages",
-            fix="give the image as a data URL, base64 data or a file path",
+            fix="give the image as a data URL or base64 data",
         )
-    if url.startswith(("http://", "https://")):
-        raise ImageError(
-            f"remote image URLs are not fetched: {url[:80]}",
-            parameter="messages",
-            value=url[:80],
-            fix="download the image and pass a file path or a data URL",
-        )
-    return url.removeprefix("file://")
+    return url
 
 
 def messages_to_input(
@@ -125,26 +134,72 @@ def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "
 
 
 def create_mai_chat_graph(
-    small: VLMBackend, large: VLMBackend, **graph_kwargs: Any
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    name: str = "mai",
+    image_policy: ImagePolicy | None = None,
+    **graph_kwargs: Any,
 ) -> StateGraph[MessagesState, MAIContext, MessagesState, MessagesState]:
     """MAI for ``MessagesState`` graphs: answers the last human message with an ``AIMessage``.
 
-    The MAI graph runs as a subgraph (``subgraphs=True`` streams its events); compile the
-    result with a ``name`` to nest it under a supervisor. ``graph_kwargs`` go to
-    :func:`create_mai_graph`.
+    The node (named ``name``, as is the reply's ``AIMessage.name``) calls a
+    :class:`MAIChatModel` with its own config, so ``stream_mode="messages"`` yields the
+    answer's tokens and tracing callbacks see one nested run. Compile the result with a
+    ``name`` to nest it under a supervisor. ``graph_kwargs`` go to :func:`create_mai_graph`.
+    Images in messages follow ``image_policy`` (default: :meth:`ImagePolicy.from_env`, the
+    untrusted policy).
     """
-    mai = create_mai_graph(small, large, **graph_kwargs).compile(name="mai")
+    policy = image_policy or ImagePolicy.from_env()
+    mai = create_mai_graph(small, large, image_policy=policy, **graph_kwargs)
+    chat = MAIChatModel(small=small, large=large, name=name, graph=mai, image_policy=policy)
 
     async def answer_messages(state: Any, scope: RunScope) -> dict[str, Any]:
-        start = time.perf_counter()
-        out = await mai.ainvoke(messages_to_input(state["messages"]), context=scope.ctx)
-        return {"messages": [result_message(out, time.perf_counter() - start)]}
+        reply = await chat.ainvoke(
+            state["messages"], scope.config, context=scope.ctx.model_dump(exclude_defaults=True)
+        )
+        return {"messages": [reply]}
 
     builder = StateGraph(MessagesState, context_schema=MAIContext)
-    builder.add_node("mai", Node("mai", answer_messages))
-    builder.add_edge(START, "mai")
-    builder.add_edge("mai", END)
+    builder.add_node(name, Node(name, answer_messages))
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
     return builder
+
+
+def _structured_target(schema: Any) -> tuple[str, dict[str, str], str]:
+    """(field, options, answer kind) of a schema MAI can answer; ConfigError otherwise."""
+    works = (
+        "a pydantic model with one field typed Literal[...] of strings (multiple choice) "
+        "or bool (yes/no)"
+    )
+    fields = getattr(schema, "model_fields", None)
+    if not isinstance(schema, type) or not issubclass(schema, BaseModel) or not fields:
+        raise ConfigError(
+            f"with_structured_output cannot answer with {schema!r}",
+            parameter="schema",
+            value=schema,
+            fix=f"pass {works}",
+        )
+    if len(fields) != 1:
+        raise ConfigError(
+            f"with_structured_output needs a single field, {schema.__name__} has {list(fields)}",
+            parameter="schema",
+            value=list(fields),
+            fix=f"pass {works}",
+        )
+    ((name, info),) = fields.items()
+    if info.annotation is bool:
+        return name, {}, "yes_no"
+    values = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
+    if len(values) >= 2 and all(isinstance(v, str) for v in values):
+        return name, normalize_options(list(values)) or {}, "choice"
+    raise ConfigError(
+        f"with_structured_output cannot answer {schema.__name__}.{name}: {info.annotation}",
+        parameter="schema",
+        value=str(info.annotation),
+        fix=f"pass {works}",
+    )
 
 
 class MAIChatModel(BaseChatModel):
@@ -170,6 +225,12 @@ class MAIChatModel(BaseChatModel):
     options: dict[str, str] | list[str] | None = None
     """Multiple-choice options (letter → text, or texts lettered A, B, ...) for every call
     (or per message: ``additional_kwargs``)."""
+    graph: Any = None
+    """The MAI ``StateGraph`` to answer with (default: ``create_mai_graph(small, large)`` with
+    ``image_policy``)."""
+    image_policy: ImagePolicy | None = None
+    """Which images messages may carry (default: :meth:`ImagePolicy.from_env`: data URLs and
+    base64, files only under ``MAI_GRAPH_IMAGE_ROOTS``). Not used when ``graph`` is given."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     _graph: Any = PrivateAttr(default=None)
@@ -189,10 +250,82 @@ class MAIChatModel(BaseChatModel):
             "or give tool calling to another model in your agent"
         )
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Tracing metadata, as LangChain chat models report it."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "mai-graph"
+        params["ls_model_name"] = f"{self.small.name}+{self.large.name}"
+        return params
+
+    def with_structured_output(  # type: ignore[override]
+        self, schema: Any, *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[Any, Any]:
+        """A runnable that answers as a typed result, for what MAI can answer.
+
+        ``schema`` is a pydantic model with one field, typed ``Literal[...]`` of strings (the
+        question becomes multiple choice over those values) or ``bool`` (a yes/no question).
+        The result is an instance of the model; an answer that cannot be read raises
+        ``OutputParserException`` (or is reported in ``parsing_error`` with ``include_raw``).
+
+        Raises:
+            ConfigError: For any other schema (free-form JSON, several fields, nested types):
+                MAI answers short questions, it does not write JSON.
+        """
+        if kwargs:
+            raise ConfigError(
+                f"unsupported with_structured_output options {sorted(kwargs)}",
+                parameter="with_structured_output",
+                fix="pass only the schema (and include_raw)",
+            )
+        field, options, kind = _structured_target(schema)
+
+        async def answer(messages: Any, config: RunnableConfig) -> Any:
+            reply = await self.ainvoke(
+                messages, config, context={"answer_kind": kind}, options=options or None
+            )
+            canonical = reply.response_metadata["canonical"]
+            try:
+                if kind == "yes_no" and canonical in ("yes", "no"):
+                    parsed: Any = schema(**{field: canonical == "yes"})
+                elif kind == "choice" and canonical in options:
+                    parsed = schema(**{field: options[canonical]})
+                else:
+                    raise OutputParserException(
+                        f"MAI's answer {reply.content!r} is not one of the schema's values",
+                        llm_output=str(reply.content),
+                    )
+            except OutputParserException as exc:
+                if not include_raw:
+                    raise
+                return {"raw": reply, "parsed": None, "parsing_error": exc}
+            if include_raw:
+                return {"raw": reply, "parsed": parsed, "parsing_error": None}
+            return parsed
+
+        def answer_sync(messages: Any, config: RunnableConfig) -> Any:
+            return shared_loop().run(answer(messages, config))
+
+        return RunnableLambda(answer_sync, afunc=answer, name="mai_structured")
+
     def _compiled(self) -> Any:
         if self._graph is None:
-            self._graph = create_mai_graph(self.small, self.large).compile(name="mai")
+            policy = self.image_policy or ImagePolicy.from_env()
+            builder = self.graph or create_mai_graph(self.small, self.large, image_policy=policy)
+            self._graph = builder.compile(name=self.name or "mai")
         return self._graph
+
+    def _child_config(self, run_manager: Any) -> RunnableConfig:
+        """The inner graph's config: its runs nest under this chat model's run."""
+        if run_manager is None:
+            return {}
+        child = CallbackManager(handlers=[], parent_run_id=run_manager.run_id)
+        child.set_handlers(run_manager.inheritable_handlers)
+        child.add_tags(run_manager.inheritable_tags)
+        child.add_metadata(run_manager.inheritable_metadata)
+        return {"callbacks": child}
+
+    def _reply_name(self) -> str:
+        return self.name or "mai"
 
     def _inputs(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
@@ -216,8 +349,8 @@ class MAIChatModel(BaseChatModel):
     ) -> ChatResult:
         inputs, ctx = self._inputs(messages, stop, kwargs)
         start = time.perf_counter()
-        out = await self._compiled().ainvoke(inputs, context=ctx)
-        message = result_message(out, time.perf_counter() - start)
+        out = await self._compiled().ainvoke(inputs, self._child_config(run_manager), context=ctx)
+        message = result_message(out, time.perf_counter() - start, name=self._reply_name())
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(
@@ -227,7 +360,9 @@ class MAIChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return shared_loop().run(self._agenerate(messages, stop, **kwargs))
+        return shared_loop().run(
+            self._agenerate(messages, stop, run_manager, **kwargs)  # type: ignore[arg-type]
+        )
 
     async def _astream(
         self,
@@ -242,26 +377,38 @@ class MAIChatModel(BaseChatModel):
         the answer is known when the run ends and comes as one chunk. The last chunk carries
         usage and route metadata.
         """
+        # LangChain's stream / astream report each chunk to the callbacks themselves (and pass
+        # no run manager here); only a run manager given explicitly parents the inner graph.
+        async for piece in self._chunks(messages, stop, run_manager, kwargs):
+            yield piece
+
+    async def _chunks(
+        self, messages: list[BaseMessage], stop: list[str] | None, parent: Any, kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The answer's chunks; the inner graph's runs nest under ``parent`` (a run manager)."""
         inputs, ctx = self._inputs(messages, stop, kwargs)
         start = time.perf_counter()
         final: dict[str, Any] = {}
         streamed = ""
         async for mode, chunk in self._compiled().astream(
-            inputs, context=ctx, stream_mode=["custom", "values"]
+            inputs,
+            self._child_config(parent),
+            context=ctx,
+            stream_mode=["custom", "values"],
         ):
             if mode == "values":
                 final = chunk
             elif chunk.get("event") == "token" and chunk.get("node") == "answer":
                 streamed += chunk["text"]
-                piece = ChatGenerationChunk(message=AIMessageChunk(content=chunk["text"]))
-                if run_manager is not None:
-                    await run_manager.on_llm_new_token(chunk["text"], chunk=piece)
-                yield piece
-        message = result_message(final, time.perf_counter() - start)
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(content=chunk["text"], name=self._reply_name())
+                )
+        message = result_message(final, time.perf_counter() - start, name=self._reply_name())
         rest = message.content[len(streamed) :] if isinstance(message.content, str) else ""
         yield ChatGenerationChunk(
             message=AIMessageChunk(
                 content=rest,
+                name=self._reply_name(),
                 usage_metadata=message.usage_metadata,
                 response_metadata=message.response_metadata,
                 chunk_position="last",
@@ -280,7 +427,7 @@ class MAIChatModel(BaseChatModel):
 
         async def pump() -> None:
             try:
-                async for chunk in self._astream(messages, stop, **kwargs):
+                async for chunk in self._chunks(messages, stop, run_manager, kwargs):
                     chunks.put(chunk)
             except BaseException as exc:  # handed to the consuming thread
                 chunks.put(exc)
@@ -292,8 +439,6 @@ class MAIChatModel(BaseChatModel):
             while (item := chunks.get()) is not done:
                 if isinstance(item, BaseException):
                     raise item
-                if run_manager is not None:
-                    run_manager.on_llm_new_token(str(item.message.content), chunk=item)
                 yield item
         finally:
             future.cancel()

@@ -6,6 +6,7 @@ import operator
 from collections.abc import Mapping
 from typing import Annotated, Literal, NotRequired, get_type_hints
 
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from mai_graph.images import ImageRef
@@ -86,11 +87,27 @@ class InputState(TypedDict):
     whatever the previous run on the thread was given.
     """
 
-    question: str
-    image: NotRequired[ImageRef | str | None]
+    question: Annotated[str, Field(description="The question about the image.")]
+    image: NotRequired[
+        Annotated[
+            ImageRef | str | None,
+            Field(
+                description="The image: a data URL (data:image/png;base64,...) or plain base64 "
+                "of a PNG / JPEG file, or a file path the server may read (allowed roots)."
+            ),
+        ]
+    ]
     """A file path, a ``data:image/...;base64,`` URL, or an :class:`ImageRef`; the first node
     turns it into a reference."""
-    options: NotRequired[Mapping[str, str] | list[str] | None]
+    options: NotRequired[
+        Annotated[
+            Mapping[str, str] | list[str] | None,
+            Field(
+                description='Multiple-choice options: {"A": "cat", "B": "dog"} (letters kept) '
+                'or ["cat", "dog"] (lettered A, B, ...); leave empty for an open question.'
+            ),
+        ]
+    ]
     """Multiple-choice options: a mapping letter → text (``{"A": "cat", "B": "dog"}``, letters
     kept), or a list of texts lettered A, B, ... in order. The first node stores the mapping."""
 

@@ -15,12 +15,27 @@ The context schema (:class:`~mai_graph.context.MAIContext`) is the assistant's c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from langgraph.graph.state import CompiledStateGraph
+
 from mai_graph.backends.select import backends_from_env
+from mai_graph.context import mai_settings
 from mai_graph.graph import create_mai_graph
 from mai_graph.langchain import create_mai_chat_graph
 from mai_graph.sources import ImagePolicy
 
-__all__ = ["backends_from_env", "chat_graph", "graph", "image_policy"]
+if TYPE_CHECKING:  # the server resolves this annotation itself (it has langgraph_sdk)
+    from langgraph_sdk.runtime import ServerRuntime
+
+__all__ = [
+    "backends_from_env",
+    "chat_graph",
+    "graph",
+    "image_policy",
+    "serve_chat_graph",
+    "serve_graph",
+]
 
 image_policy = ImagePolicy.from_env()
 """The images this server accepts (read once, at start-up)."""
@@ -36,3 +51,27 @@ chat_graph = create_mai_chat_graph(_small, _large, image_policy=image_policy).co
 """The same models as a ``MessagesState`` chat graph, for Studio's chat view: the last human
 message (text and an image part) is the question; the reply's tokens stream in
 ``stream_mode="messages"``."""
+
+
+def _checked(runtime: ServerRuntime | None) -> None:
+    """Refuse a run whose context has settings MAI does not know (a typo such as kep_ratio).
+
+    The server drops context keys its published schema does not list before the graph runs;
+    only the graph factory still sees the caller's context, so the check happens here.
+    """
+    context: Any = getattr(runtime, "context", None)
+    if context is not None:
+        mai_settings(context)
+
+
+def serve_graph(runtime: ServerRuntime) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The factory ``langgraph.json`` names for ``mai``: checks the run's context, serves
+    :data:`graph` (built once; engines are shared by every run)."""
+    _checked(runtime)
+    return graph
+
+
+def serve_chat_graph(runtime: ServerRuntime) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The factory ``langgraph.json`` names for ``mai_chat`` (see :func:`serve_graph`)."""
+    _checked(runtime)
+    return chat_graph

@@ -29,11 +29,13 @@ class RunScope:
 
     ctx: MAIContext
     write: Writer
+    config: RunnableConfig | None = None
+    """The node's config, to pass on to runnables the node calls (callbacks nest, streams)."""
 
     @classmethod
-    def of(cls, runtime: Any) -> RunScope:
-        """The scope of a LangGraph ``Runtime``."""
-        return cls(mai_settings(runtime.context), runtime.stream_writer)
+    def of(cls, runtime: Any, config: RunnableConfig | None = None) -> RunScope:
+        """The scope of a LangGraph ``Runtime`` (and the node's config)."""
+        return cls(mai_settings(runtime.context), runtime.stream_writer, config)
 
     @classmethod
     def offline(cls, ctx: MAIContext | None = None) -> RunScope:
@@ -62,13 +64,13 @@ class Node(Runnable[MAIState, Update]):
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Run the core to completion from sync code."""
-        return run_sync(self.core(input, RunScope.of(get_runtime())))
+        return run_sync(self.core(input, RunScope.of(get_runtime(), config)))
 
     async def ainvoke(
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Await the core."""
-        return await self.core(input, RunScope.of(get_runtime()))
+        return await self.core(input, RunScope.of(get_runtime(), config))
 
 
 def _discard(_: Any) -> None:

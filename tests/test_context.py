@@ -126,3 +126,14 @@ def test_the_graph_runs_under_a_parents_own_context_schema():
     assert mai_settings(object()) == MAIContext()
     with pytest.raises(ConfigError, match="unknown context settings"):
         mai_settings(App(mai={"kep_ratio": 1}))
+
+
+def test_the_served_graphs_refuse_a_context_typo_the_server_would_drop():
+    from types import SimpleNamespace
+
+    from mai_graph import studio
+
+    assert studio.serve_graph(SimpleNamespace(context=None)) is studio.graph
+    assert studio.serve_chat_graph(SimpleNamespace(context={"keep_ratio": 0.5})) is not None
+    with pytest.raises(ConfigError, match="kep_ratio"):
+        studio.serve_graph(SimpleNamespace(context={"kep_ratio": 0.5}))

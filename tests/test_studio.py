@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_langgraph_json_names_the_studio_graph():
     spec = json.loads((ROOT / "langgraph.json").read_text())
-    path, variable = spec["graphs"]["mai"].split(":")
-    assert (ROOT / path).is_file() and variable == "graph"
+    import importlib
+
+    for graph_id, target in spec["graphs"].items():
+        path, name = target.split(":")
+        assert (ROOT / path).is_file(), graph_id
+        assert callable(getattr(importlib.import_module("mai_graph.studio"), name)), graph_id
 
 
 def test_env_selects_backends_without_starting_engines():

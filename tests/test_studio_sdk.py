@@ -1,0 +1,130 @@
+"""The served graphs driven with the official `langgraph_sdk` client against a real `langgraph dev`.
+
+The server runs without `--allow-blocking`, on the fake backend: review on, a bad resume that asks
+again, a good resume; the context form's schema; typos through the server; the chat graph
+streaming its tokens in `messages` mode; a reused thread asked a different kind of question.
+"""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port, serving
+
+pytestmark = pytest.mark.server
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    cli = Path(sys.executable).parent / "langgraph"
+    if not cli.exists() and not shutil.which("langgraph"):
+        pytest.skip("langgraph-cli is installed with the studio extra")
+    port = free_port()
+    env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true",
+           "MAI_GRAPH_BACKEND": "fake"}  # fmt: skip
+    cmd = [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
+           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    assert "--allow-blocking" not in cmd
+    log = tmp_path_factory.mktemp("studio-sdk") / "server.log"
+    base = f"http://127.0.0.1:{port}"
+    with serving(cmd, f"{base}/ok", log, env=env, cwd=ROOT, timeout=90):
+        yield base
+
+
+@pytest.fixture
+def client(url):
+    from langgraph_sdk import get_client
+
+    return get_client(url=url)
+
+
+async def _interrupts(client, thread_id):
+    state = await client.threads.get_state(thread_id)
+    return [i for task in state["tasks"] for i in task.get("interrupts", [])]
+
+
+async def test_context_form_schema_has_descriptions_bounds_and_enums(client):
+    (assistant,) = await client.assistants.search(graph_id="mai")
+    schemas = await client.assistants.get_schemas(assistant["assistant_id"])
+    context = schemas["context_schema"]["properties"]
+    assert all(prop.get("description") for prop in context.values())
+    assert context["keep_ratio"]["exclusiveMinimum"] == 0 and context["keep_ratio"]["maximum"] == 1
+    assert context["gate"]["enum"] == ["agree", "agree_confident", "never"]
+    assert context["review"]["type"] == "boolean"
+    inputs = schemas["input_schema"]["properties"]
+    assert "data URL" in inputs["image"]["description"]
+    assert "{" in inputs["options"]["description"]
+
+
+async def test_review_from_the_run_context_bad_resume_asks_again(client):
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    question = {"question": "Which colour is the square?", "options": {"A": "red", "B": "blue"}}
+    await client.runs.wait(tid, "mai", input=question, context={"review": True})
+    (pending,) = await _interrupts(client, tid)
+    assert pending["value"]["allowed"] == ["continue", "answer"]
+    assert pending["value"]["question"] == question["question"]
+
+    await client.runs.wait(tid, "mai", command={"resume": {"answr": "B"}}, context={"review": True})
+    (again,) = await _interrupts(client, tid)
+    assert "error" in again["value"]  # asked again, thread not locked
+
+    out = await client.runs.wait(
+        tid, "mai", command={"resume": {"answer": "the blue one"}}, context={"review": True}
+    )
+    assert out["route"] == "human" and out["canonical"] == "B"
+    assert await _interrupts(client, tid) == []
+
+
+async def test_review_off_by_default(client):
+    out = await client.runs.wait(None, "mai", input={"question": "Is the square red?"})
+    assert out["route"] and "__interrupt__" not in out
+
+
+async def test_a_typo_in_the_context_is_an_error_naming_the_key(client):
+    thread = await client.threads.create()
+    with pytest.raises(Exception) as err:
+        out = await client.runs.wait(
+            thread["thread_id"], "mai", input={"question": "Is it red?"},
+            context={"kep_ratio": 0.3}, raise_error=True,
+        )  # fmt: skip
+        pytest.fail(f"the run succeeded: {out}")
+    assert "kep_ratio" in str(err.value)
+
+
+async def test_a_reused_thread_answers_each_question_with_its_own_inputs(client):
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    first = await client.runs.wait(
+        tid, "mai", input={"question": "Which colour?", "options": ["red", "blue"]}
+    )
+    assert first["canonical"] in ("A", "B")
+    second = await client.runs.wait(tid, "mai", input={"question": "Is the square red?"})
+    assert second["canonical"] in ("yes", "no")  # not a letter: the options were not inherited
+    state = await client.threads.get_state(tid)
+    assert state["values"]["request"]["options"] is None
+
+
+async def test_chat_graph_streams_its_reply_in_messages_mode(client):
+    (assistant,) = await client.assistants.search(graph_id="mai_chat")
+    chunks, finals = [], []
+    async for part in client.runs.stream(
+        None,
+        assistant["assistant_id"],
+        input={"messages": [{"role": "human", "content": "Is the square red?"}]},
+        stream_mode="messages-tuple",
+    ):
+        if part.event == "messages":
+            message, meta = part.data
+            assert meta["langgraph_node"] == "mai"
+            chunks.append(message)
+        elif part.event == "values":
+            finals.append(part.data)
+    assert chunks, "no message chunks were streamed"
+    text = "".join(m["content"] for m in chunks if m["type"] == "AIMessageChunk")
+    assert text.strip() in ("yes", "no")
+    assert all(m.get("name") == "mai" for m in chunks if m["type"] == "AIMessageChunk")
