@@ -65,8 +65,11 @@ def _checked(runtime: ServerRuntime | None) -> None:
 
 
 def serve_graph(runtime: ServerRuntime) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The factory ``langgraph.json`` names for ``mai``: checks the run's context, serves
-    :data:`graph` (built once; engines are shared by every run)."""
+    """The factory ``langgraph.json`` names for ``mai``.
+
+    Checks the run's context, then serves :data:`graph` (built once; every run shares its
+    engines).
+    """
     _checked(runtime)
     return graph
 
