@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +222,7 @@ class RecordWriter:
                 fh.seek(-1, os.SEEK_END)
                 needs_newline = fh.read(1) != b"\n"
         self.path = file
+        self._lock = threading.Lock()  # runs finish on worker threads; one write at a time
         self._fh = file.open("a", encoding="utf-8")
         if needs_newline:
             self._commit("\n")
@@ -232,9 +234,10 @@ class RecordWriter:
         self._commit("".join(line.model_dump_json() + "\n" for line in lines))
 
     def _commit(self, text: str) -> None:
-        self._fh.write(text)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        with self._lock:
+            self._fh.write(text)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         """Close the file."""
