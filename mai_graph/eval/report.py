@@ -397,7 +397,9 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
                 "samples, with different accuracies."
             )
         if cq["curve"]:
-            front = [c for c in cq["curve"] if c["pareto"]]
+            front = sorted(
+                (c for c in cq["curve"] if c["pareto"]), key=lambda c: c["transfer_share"]
+            )
             lines += [
                 "",
                 f"{len(cq['curve'])} replayable settings; the Pareto front (accuracy vs "
