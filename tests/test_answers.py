@@ -1,173 +1,151 @@
+"""The public API of mai_graph.answers: options, kinds, errors, canonical forms, scoring.
+
+Reading rules per failure class are table-tested in test_answers_cases.py; speed in
+test_answers_speed.py.
+"""
+
+import math
+from collections import OrderedDict
+
 import pytest
 
 from mai_graph import UNKNOWN, ConfigError, answers_match, extract_answer
-from mai_graph.answers import canonical_match, resolve_kind, strip_think
+from mai_graph.answers import (
+    MAX_OPTIONS,
+    canonical_gold,
+    canonical_match,
+    match_gold,
+    normalize_options,
+    resolve_kind,
+    strip_think,
+)
 
-OPTS = ["a red car", "a blue bus", "a green bike", "a yellow truck"]
+CARS = ["a red car", "a blue bus", "a green bike", "a yellow truck"]
 
-CHOICE_CASES = [
-    ("B", "B"),
-    ("b", "B"),
-    ("(B)", "B"),
-    ("B.", "B"),
-    ("B)", "B"),
-    ("B: a blue bus", "B"),
-    ("**B**", "B"),
-    ("The answer is B", "B"),
-    ("The answer is (C).", "C"),
-    ("Answer: D", "D"),
-    ("Option A", "A"),
-    ("I think the correct choice is C because of the color.", "C"),
-    ("a blue bus", "B"),
-    ("It is a green bike.", "C"),
-    ("The Yellow Truck", "D"),
-    ("<think>maybe (A) or B?</think> C", "C"),
-    ("<think>A A A", UNKNOWN),
-    ("E", UNKNOWN),  # out of range for four options
-    ("", UNKNOWN),
-    ("I cannot tell from the image", UNKNOWN),
-    ("red car or blue bus", UNKNOWN),
+# ---------------------------------------------------------------------------------------------
+# 4. Options as a mapping (and as a list), validated up front.
+
+VALID_OPTIONS = [
+    (["cat", "dog"], {"A": "cat", "B": "dog"}),
+    (("cat", "dog", "bird"), {"A": "cat", "B": "dog", "C": "bird"}),
+    ({"A": "cat", "B": "dog"}, {"A": "cat", "B": "dog"}),
+    ({"a": "cat", "b": "dog"}, {"A": "cat", "B": "dog"}),
+    ({"B": "cat", "C": "dog"}, {"B": "cat", "C": "dog"}),
+    ({"D": "cat", "A": "dog"}, {"D": "cat", "A": "dog"}),  # the mapping's order is kept
+    ({" C ": "cat", "E": "dog"}, {"C": "cat", "E": "dog"}),
+    (OrderedDict([("A", "x"), ("B", "y")]), {"A": "x", "B": "y"}),
+    ([3, 4.0, 5.5], {"A": "3", "B": "4", "C": "5.5"}),
+    ({"A": 3.0, "B": -2}, {"A": "3", "B": "-2"}),
+    (["  cat ", "dog"], {"A": "cat", "B": "dog"}),
+    ([True, False], {"A": "True", "B": "False"}),
+    ([f"o{i}" for i in range(26)], {chr(65 + i): f"o{i}" for i in range(26)}),
+    (None, None),
 ]
 
 
-@pytest.mark.parametrize(("text", "want"), CHOICE_CASES)
-def test_choice_extraction(text, want):
-    assert extract_answer(text, "choice", OPTS) == want
+@pytest.mark.parametrize(("options", "want"), VALID_OPTIONS)
+def test_normalize_options(options, want):
+    got = normalize_options(options)
+    assert got == want
+    if got is not None:
+        assert list(got) == list(want)
+        assert normalize_options(got) == got  # normalizing again changes nothing
 
 
-def test_choice_prefers_longer_option_text():
-    assert extract_answer("the red car", "choice", ["red", "red car"]) == "B"
-
-
-YES_NO_CASES = [
-    ("yes", "yes"),
-    ("Yes.", "yes"),
-    ("YES, it is", "yes"),
-    ("no", "no"),
-    ("No, there is none.", "no"),
-    ("The answer is yes", "yes"),
-    ("True", "yes"),
-    ("false", "no"),
-    ("I believe so, yes.", "yes"),
-    ("maybe", UNKNOWN),
-    ("yes and no", UNKNOWN),
+INVALID_OPTIONS = [
+    ("cat, dog", "list of texts or a mapping"),
+    (b"ab", "list of texts or a mapping"),
+    ({"cat", "dog"}, "list of texts or a mapping"),
+    (42, "list of texts or a mapping"),
+    (["cat"], "need 2 to 26 options, got 1"),
+    ([], "need 2 to 26 options, got 0"),
+    ({}, "need 2 to 26 options, got 0"),
+    ([f"o{i}" for i in range(27)], "need 2 to 26 options, got 27"),
+    ({"A": "cat", "B": None}, "option B is None"),
+    (["cat", None], "option B is None"),
+    (["cat", float("nan")], "option B is nan"),
+    (["cat", math.inf], "option B is inf"),
+    (["cat", " "], "option B is empty"),
+    (["cat", ""], "option B is empty"),
+    (["cat", ["dog"]], "option B must be a string or a number"),
+    ({"AA": "cat", "B": "dog"}, "single letters A-Z, got 'AA'"),
+    ({"1": "cat", "B": "dog"}, "single letters A-Z, got '1'"),
+    ({1: "cat", 2: "dog"}, "single letters A-Z, got 1"),
+    ({"Ä": "cat", "B": "dog"}, "single letters A-Z"),
+    ({"a": "cat", "A": "dog"}, "letter A is given twice"),
 ]
 
 
-@pytest.mark.parametrize(("text", "want"), YES_NO_CASES)
-def test_yes_no_extraction(text, want):
-    assert extract_answer(text, "yes_no") == want
+@pytest.mark.parametrize(("options", "message"), INVALID_OPTIONS)
+def test_invalid_options_are_refused_up_front(options, message):
+    with pytest.raises(ConfigError, match="options|option") as err:
+        normalize_options(options)
+    assert message in str(err.value)
+    assert err.value.parameter == "options"
+    assert err.value.fix
 
 
-NUMBER_CASES = [
-    ("7", "7"),
-    ("seven", "7"),
-    ("Seven apples", "7"),
-    ("twenty-one", "21"),
-    ("three hundred", "300"),
-    ("1,200", "1200"),
-    ("$3.50", "3.5"),
-    ("45%", "45%"),
-    ("12 cm", "12"),
-    ("-4", "-4"),
-    ("1/2", "0.5"),
-    ("There are 3 cats and 2 dogs, so the answer is 5.", "5"),
-    ("I count 4 birds in total: 4", "4"),
-    ("none", "0"),
-    ("lots", UNKNOWN),
+@pytest.mark.parametrize("options", [o for o, _ in INVALID_OPTIONS])
+def test_every_entry_point_validates_options(options):
+    for call in (
+        lambda: extract_answer("B", "choice", options),
+        lambda: answers_match("B", "B", "choice", options=options),
+        lambda: match_gold("B", "B", "choice", options=options),
+        lambda: canonical_gold("B", "choice", options),
+    ):
+        with pytest.raises(ConfigError):
+            call()
+
+
+def test_max_options_is_one_per_letter():
+    assert MAX_OPTIONS == 26
+
+
+MAPPING_CASES = [
+    # (text, options, letter): a mapping keeps its letters
+    ("a dog", {"B": "a cat", "C": "a dog"}, "C"),
+    ("B", {"B": "a cat", "C": "a dog"}, "B"),
+    ("A", {"B": "a cat", "C": "a dog"}, UNKNOWN),
+    ("The answer is (C).", {"B": "a cat", "C": "a dog"}, "C"),
+    ("dog", {"A": "cat", "B": "dog", "C": "bird", "D": "fish"}, "B"),
+    ("4", {"A": 3, "B": 4, "C": 5}, "B"),
+    ("four", {"A": 3, "B": 4.0, "C": 5}, "B"),
+    ("The answer is 5.", [3, 4, 5], "C"),
+    ("Z", {"Y": "cat", "Z": "dog"}, "Z"),
+    ("cat", {"d": "cat", "a": "dog"}, "D"),
 ]
 
 
-@pytest.mark.parametrize(("text", "want"), NUMBER_CASES)
-def test_number_extraction(text, want):
-    assert extract_answer(text, "number") == want
-
-
-TEXT_CASES = [
-    ("A Dog.", "dog"),
-    ("the dog", "dog"),
-    ("Two dogs!", "2 dogs"),
-    ("The answer is: a red CAR", "red car"),
-    ("3.5 meters", "3.5 meters"),
-    ("<think>cat?</think>dog", "dog"),
-    ("...", UNKNOWN),
-]
-
-
-@pytest.mark.parametrize(("text", "want"), TEXT_CASES)
-def test_text_normalization(text, want):
-    assert extract_answer(text, "text") == want
-
-
-AUTO_CASES = [
-    ("Yes.", None, "yes"),
-    ("no", None, "no"),
-    ("7", None, "7"),
-    ("seven", None, "7"),
-    ("7 apples", None, "7 apples"),
-    ("A dog", None, "dog"),
-    ("(B)", ["x", "y"], "B"),
-    ("y", ["x", "y"], "B"),
-]
-
-
-@pytest.mark.parametrize(("text", "options", "want"), AUTO_CASES)
-def test_auto_kind(text, options, want):
+@pytest.mark.parametrize(("text", "options", "want"), MAPPING_CASES)
+def test_mapping_options_keep_their_letters(text, options, want):
+    assert extract_answer(text, "choice", options) == want
     assert extract_answer(text, "auto", options) == want
 
 
-MATCH_CASES = [
-    ("B", "(B)", "choice", OPTS, True),
-    ("The answer is B", "a blue bus", "choice", OPTS, True),
-    ("A", "B", "choice", OPTS, False),
-    ("yes", "Yes, it is.", "yes_no", None, True),
-    ("yes", "no", "yes_no", None, False),
-    ("100", "104", "number", None, True),
-    ("100", "106", "number", None, False),
-    ("seven", "7", "number", None, True),
-    ("0", "0.0", "number", None, True),
-    ("a dog", "The dog.", "text", None, True),
-    ("dog", "cat", "text", None, False),
-    ("seven", "7", "auto", None, True),
-    ("Yes", "yes.", "auto", None, True),
-    ("I cannot tell", "I cannot tell", "text", None, False),
-    ("??", "??", "auto", None, False),
-]
+def test_mapping_and_list_read_the_same():
+    as_list = ["a cat", "a dog", "a bird"]
+    as_map = {"A": "a cat", "B": "a dog", "C": "a bird"}
+    for text in ("B", "a dog", "The answer is C.", "a bird, not a cat", "A or B"):
+        assert extract_answer(text, "choice", as_list) == extract_answer(text, "choice", as_map)
+    assert answers_match("a dog", "B", options=as_map)
+    assert match_gold("a dog", "B", "choice", options=as_map)
 
 
-@pytest.mark.parametrize(("a", "b", "kind", "options", "want"), MATCH_CASES)
-def test_answers_match(a, b, kind, options, want):
-    assert answers_match(a, b, kind, options=options) is want
-    assert answers_match(b, a, kind, options=options) is want
+# ---------------------------------------------------------------------------------------------
+# Kinds and errors.
 
 
-def test_number_tolerance_is_configurable():
-    assert answers_match("100", "109", "number", rel_tol=0.1)
-    assert not answers_match("100", "101", "number", rel_tol=0.0)
-    with pytest.raises(ConfigError, match="rel_tol"):
-        answers_match("1", "1", "number", rel_tol=1.5)
-
-
-ALL = [t for t, _ in CHOICE_CASES + YES_NO_CASES + NUMBER_CASES + TEXT_CASES]
-
-
-@pytest.mark.parametrize("kind", ["choice", "yes_no", "number", "text", "auto"])
-def test_extraction_is_idempotent(kind):
-    options = OPTS if kind == "choice" else None
-    for text in ALL:
-        once = extract_answer(text, kind, options)
-        assert extract_answer(once, kind, options) == once, text
-
-
-def test_unknown_never_matches():
-    assert not canonical_match(UNKNOWN, UNKNOWN)
+def test_resolve_kind():
+    assert resolve_kind("auto", ["x", "y"]) == "choice"
+    assert resolve_kind("auto", {"A": "x", "B": "y"}) == "choice"
+    assert resolve_kind("auto") == "auto"
+    assert resolve_kind("number", ["x", "y"]) == "number"
 
 
 def test_bad_kind_names_allowed_values():
     with pytest.raises(ConfigError, match="answer kind must be one of") as err:
         extract_answer("x", "letters")
     assert err.value.parameter == "answer_kind"
-    assert resolve_kind("auto", ["x", "y"]) == "choice"
 
 
 def test_non_string_text_is_refused():
@@ -175,33 +153,161 @@ def test_non_string_text_is_refused():
         extract_answer(None, "text")  # type: ignore[arg-type]
 
 
-def test_strip_think_unclosed():
+@pytest.mark.parametrize("rel_tol", [-0.1, 1.0, 1.5])
+def test_tolerance_is_validated(rel_tol):
+    for call in (
+        lambda: answers_match("1", "1", "number", rel_tol=rel_tol),
+        lambda: canonical_match("1", "1", rel_tol=rel_tol),
+        lambda: match_gold("1", "1", "number", rel_tol=rel_tol),
+    ):
+        with pytest.raises(ConfigError, match="rel_tol") as err:
+            call()
+        assert err.value.parameter == "rel_tol"
+
+
+def test_number_tolerance_is_configurable():
+    assert answers_match("100", "109", "number", rel_tol=0.1)
+    assert not answers_match("100", "101", "number", rel_tol=0.0)
+    assert match_gold("109", "100", "number", rel_tol=0.1)
+    assert not match_gold("101", "100", "number", rel_tol=0.0)
+
+
+def test_strip_think():
     assert strip_think("<think>never closed") == ""
+    assert strip_think("<think>a</think>B<think>c</think>") == "B"
+    assert strip_think("reasoning only closed</think> C") == " C"
+    assert strip_think("<THINK>x</THINK>y") == "y"
 
 
-def test_normalize_options_interface():
-    from mai_graph.answers import normalize_options
+# ---------------------------------------------------------------------------------------------
+# Canonical forms: what the graph stores and compares again.
 
-    assert normalize_options(None) is None
-    assert normalize_options(["x", "y"]) == {"A": "x", "B": "y"}
-    assert normalize_options({"b": "x", "C": 3.0}) == {"B": "x", "C": "3"}
-    for bad in ("AB", ["x"], {"A": "x", "B": None}, {"AA": "x", "B": "y"}, ["x", " "]):
-        with pytest.raises(ConfigError) as err:
-            normalize_options(bad)
-        assert err.value.parameter == "options"
-    with pytest.raises(ConfigError, match="2 to 26"):
-        normalize_options([str(i) for i in range(27)])
+CANONICAL_FORMS = [
+    # (text, kind, canonical)
+    ("B", "choice", "B"),
+    ("yes", "yes_no", "yes"),
+    ("7", "number", "7"),
+    ("-0.25", "number", "-0.25"),
+    ("4100", "number", "4100"),
+    ("30%", "number", "30%"),
+    ("1987", "number", "1987"),
+    ("1,987", "number", "1,987"),
+    ("1987-03-05", "number", "1987-03-05"),
+    ("1987-03", "number", "1987-03"),
+    ("--03-05", "number", "--03-05"),
+    ("1990s", "number", "1990s"),
+    ("07:45", "number", "07:45"),
+    ("19:45:30", "number", "19:45:30"),
+    ("4 birds", "auto", "4 birds"),
+    ("$3.5", "auto", "$3.5"),
+    ("-$5", "auto", "-$5"),
+    ("1,987 people", "auto", "1987 people"),
+    ("1987 people", "auto", "1987 people"),
+    ("red car", "text", "red car"),
+    ("unknown", "text", "unknown"),
+    ("dont", "text", "don't"),
+]
 
 
-def test_mapping_options_keep_letters():
-    opts = {"B": "a cat", "C": "a dog"}
-    assert extract_answer("a dog", "choice", opts) == "C"
-    assert extract_answer("A", "choice", opts) == UNKNOWN
+@pytest.mark.parametrize(("text", "kind", "want"), CANONICAL_FORMS)
+def test_canonical_forms_read_back_unchanged(text, kind, want):
+    options = CARS if kind == "choice" else None
+    assert extract_answer(text, kind, options) == want
+    assert extract_answer(want, kind, options) == want
+    assert canonical_match(want, want)
 
 
-def test_match_gold_interface():
-    from mai_graph.answers import match_gold
+CANONICAL_MATCH = [
+    ("100", "104", True),
+    ("100", "106", False),
+    ("1987", "1988", False),
+    ("1987", "1,987", True),
+    ("1,987", "1,990", True),
+    ("07:45", "08:45", False),
+    ("07:45", "07:45", True),
+    ("1987-03-05", "1987-03-05", True),
+    ("1987-03-05", "1987-03-06", False),
+    ("4 birds", "4 cars", False),
+    ("4 birds", "4 bird", True),
+    ("4 birds", "4", True),
+    ("$5", "5 dollars", True),
+    ("$5", "€5", False),
+    ("30%", "0.3", True),
+    ("30%", "30", True),
+    ("30%", "30 birds", False),
+    ("B", "B", True),
+    ("B", "C", False),
+    ("red car", "red car", True),
+    ("red car", "red cars", False),
+    ("yes", "yes", True),
+    (UNKNOWN, UNKNOWN, False),
+    (UNKNOWN, "B", False),
+    ("unknown", "unknown", True),
+]
 
-    assert match_gold("The answer is C.", "C", options=["x", "y", "z"])
-    assert match_gold("Unknown", "unknown", "text")
-    assert UNKNOWN != "unknown"
+
+@pytest.mark.parametrize(("a", "b", "want"), CANONICAL_MATCH)
+def test_canonical_match(a, b, want):
+    assert canonical_match(a, b) is want
+    assert canonical_match(b, a) is want
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring against gold answers.
+
+CANONICAL_GOLD = [
+    ("C", "choice", CARS, "C"),
+    ("(c)", "choice", CARS, "C"),
+    ("a green bike", "choice", CARS, "C"),
+    ("Yes", "yes_no", None, "yes"),
+    ("no", "yes_no", None, "no"),
+    ("1987", "number", None, "1987"),
+    ("12%", "number", None, "12%"),
+    ("1,234", "number", None, "1234"),
+    ("1990-2000", "number", None, "1990 2000"),
+    ("u.s.", "text", None, "us"),
+    ("unknown", "text", None, "unknown"),
+    ("Unknown", "auto", None, "unknown"),
+    ("not sure", "text", None, "not sure"),
+    ("4 birds", "auto", None, "4 birds"),
+]
+
+
+@pytest.mark.parametrize(("gold", "kind", "options", "want"), CANONICAL_GOLD)
+def test_canonical_gold(gold, kind, options, want):
+    assert canonical_gold(gold, kind, options) == want
+
+
+BAD_GOLD = [
+    ("", "text", None, "non-empty"),
+    ("   ", "auto", None, "non-empty"),
+    ("E", "choice", CARS, "cannot be read as a choice answer"),
+    ("maybe", "yes_no", None, "cannot be read as a yes_no answer"),
+    ("lots", "number", None, "cannot be read as a number answer"),
+]
+
+
+@pytest.mark.parametrize(("gold", "kind", "options", "message"), BAD_GOLD)
+def test_unreadable_gold_is_a_config_error(gold, kind, options, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        match_gold("B", gold, kind, options=options)
+    assert err.value.parameter == "gold"
+
+
+def test_gold_that_is_not_a_string_is_refused():
+    with pytest.raises(ConfigError, match="gold answer must be a non-empty string"):
+        canonical_gold(None, "text")  # type: ignore[arg-type]
+
+
+def test_match_gold_shares_the_gates_reading():
+    cases = [
+        ("The answer is (C).", "C", "choice", CARS),
+        ("I'd go with C", "C", "choice", CARS),
+        ("There is no doubt.", "yes", "yes_no", None),
+        ("4.1k", "4100", "number", None),
+        ("The U.S.", "u.s.", "text", None),
+        ("seven apples", "7", "auto", None),
+    ]
+    for pred, gold, kind, options in cases:
+        assert match_gold(pred, gold, kind, options=options)
+        assert answers_match(pred, gold, kind, options=options)

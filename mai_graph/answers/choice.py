@@ -28,9 +28,8 @@ from mai_graph.answers.text import _LEAD, is_refusal, last_matches, lower_same, 
 __all__ = ["read_choice"]
 
 _CHOICE_LEAD = re.compile(
-    _LEAD.pattern
-    + r"|(?:option|choice|letter)\s*(?:(?:would|should|must)\s+be\b|is\b|:)"
-    r"|(?:go(?:ing)?\s+with|choose|choosing|pick|select|opt\s+for)\b"
+    _LEAD.pattern + r"|(?:option|choice|letter)\s*(?:(?:would|should|must)\s+be\b|is\b|:)"
+    r"|(?:go(?:ing)?\s+with|choose|choosing|pick|select|opt\s+for)\b|选择?项?"
     r"|(?P<weak>(?:so|thus|therefore|hence)\s*,?\s+(?:it'?s\s+|it\s+is\s+)?"
     r"|it(?:'s|\s+is|\s+must\s+be|\s+should\s+be)\s+(?:option\s+)?)"
 )
@@ -61,7 +60,8 @@ _LETTER_HEDGE_BEFORE = re.compile(
     r"(?:option\s+|choice\s+)?[\(\[]?$",
     re.IGNORECASE,
 )
-_AFTER_LETTER = re.compile(r"[\s.):\-]*")
+_AFTER_LETTER = re.compile(r"[ \t.):\-]*")
+_GAP = re.compile(r"[\s:=\-\"']*")
 _SENTENCE = re.compile(r"[\n!?;]|\.(?:\s|$)")
 _LABEL = re.compile(r"(?-i:(?:^|(?<=\s))[\(\[]?([A-Z])[\)\].:](?=\s))")
 _MENTION = re.compile(
@@ -105,15 +105,6 @@ class _Options:
         hits = [k for k in hits if not any(h != k and self.texts[k] in self.texts[h] for h in hits)]
         return hits[0] if len(hits) == 1 else None
 
-    def prefix(self, text: str) -> str | None:
-        """The option whose text opens ``text`` (the longest)."""
-        words = _words(text)
-        best, size = None, 0
-        for k, v in self.texts.items():
-            if v.strip() and words.startswith(v) and len(v) > size:
-                best, size = k, len(v)
-        return best
-
 
 def _letter_at(text: str, pos: int, opts: _Options) -> tuple[str, int] | None:
     """A letter token at ``pos`` ("B", "(b)", "option C"), and where it ends."""
@@ -142,7 +133,7 @@ def _checked(text: str, letter: str, end: int, opts: _Options) -> str:
         rest_start = _AFTER_LETTER.match(text, end).end()  # type: ignore[union-attr]
         stop = _SENTENCE.search(text, rest_start, rest_start + _REGION)
         rest = text[rest_start : stop.start() if stop else rest_start + _REGION]
-        named = opts.prefix(rest)
+        named = opts.exact(rest)
         if named is not None and named != letter:
             return UNKNOWN
     return letter
@@ -170,13 +161,14 @@ def _from_statements(text: str, opts: _Options) -> str | None:
     found.sort()
     for _, start, letter in found[::-1][:_MAX_STATEMENTS]:
         if letter is not None:
-            m = _LETTER.match(text, start)
-            if _hedged_before(text, m.start("l") if m else start):
+            token = _LETTER.match(text, start)
+            if _hedged_before(text, token.start("l") if token else start):
                 return UNKNOWN
-            return _checked(text, letter, m.end() if m else start, opts)
+            return _checked(text, letter, token.end() if token else start, opts)
+        start = _GAP.match(text, start).end()  # type: ignore[union-attr]
         stop = _SENTENCE.search(text, start, start + _REGION)
         region = text[start : stop.start() if stop else start + _REGION]
-        if not region.strip(" :=-\t\"'"):
+        if not region.strip():
             continue
         if is_refusal(region):
             return UNKNOWN

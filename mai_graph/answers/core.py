@@ -28,7 +28,13 @@ _NO_WORDS: Final = frozenset({"no", "nope", "nah"})
 _NO_FOLLOW: Final = frozenset(
     "it there i they that this the its it's he she we you not a an one".split()
 )
+_COPULA = re.compile(
+    r"(?:(?:it|this|that|they|these|those|he|she)(?:'s|'re| is| are| was| were) )+"
+)
 _ZH_YES_NO = ("是", "否", "不", "对", "對", "没", "有", "正确", "错")
+
+
+_SETTLE = 3
 
 
 def _check_rel_tol(rel_tol: float) -> None:
@@ -68,21 +74,54 @@ def _says_yes_no(region: str) -> bool:
 
 
 def _read_auto(t: str, *, gold: bool = False) -> str:
+    """Read an ``auto`` answer, then read that once more.
+
+    Reading again settles forms that only show after normalization ("the 5th of March
+    1987" normalizes to "5th of march 1987", a date), so the canonical answer reads the same
+    again (idempotence).
+    """
+    out = _read_auto_once(t, gold=gold)
+    for _ in range(_SETTLE):
+        again = out if out == UNKNOWN else _read_auto_once(out, gold=gold)
+        if again == out:
+            break
+        out = again
+    return out
+
+
+def _read_auto_once(t: str, *, gold: bool) -> str:
     region = answer_region(t)
     if not gold and is_refusal(region):
         return UNKNOWN
     if _says_yes_no(region):
         return read_yes_no(region)
+    equals = region.rfind("=")
+    stated = region[equals + 1 :] if equals >= 0 and region[equals + 1 :].strip() else region
     try:
-        q = read_auto_number(region.lstrip(" \t\n\"'([:"))
+        q = read_auto_number(stated.lstrip(" \t\n\"'([:"))
     except _Hedge:
         return UNKNOWN
     if q is not None:
         return format_quantity(q, with_unit=True)
-    return vqa_normalize(region) or UNKNOWN
+    text = vqa_normalize(region)
+    copula = _COPULA.match(text)  # "It is red." reads "red"
+    if copula is not None and copula.end() < len(text):
+        text = text[copula.end() :]
+    return text or UNKNOWN
 
 
 def _read_text(t: str) -> str:
+    """Read a ``text`` answer, then read it again until it settles (see :func:`_read_auto`)."""
+    out = _read_text_once(t)
+    for _ in range(_SETTLE):
+        again = out if out == UNKNOWN else _read_text_once(out)
+        if again == out:
+            break
+        out = again
+    return out
+
+
+def _read_text_once(t: str) -> str:
     region = answer_region(t)
     if is_refusal(region):
         return UNKNOWN

@@ -51,7 +51,7 @@ _MONTHS: Final = {
 _CURRENCY = "$€£¥₹"
 
 _NUMWORD_KEYS = (
-    "zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+    "zero|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
     "|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
     "|eighty|ninety|hundred|thousand|million|billion|dozen"
 )
@@ -61,6 +61,8 @@ _CAND_HEAD = (
     r"|\.(?<![\w.]\.)(?=\d)"
     r"|\b(?:(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+\d"
     rf"|(?:{_NUMWORD_KEYS})\b|an?\s+(?:dozen|hundred|thousand|million|billion)\b"
+    r"|(?<!the )(?<!this )(?<!that )(?<!each )(?<!any )(?<!every )(?<!which )(?<!some )"
+    r"(?<!another )(?<!no )one\b"
 )
 _CAND = re.compile(_CAND_HEAD + r"|no(?:ne)?\b)")
 _CAND_NO_ZERO = re.compile(_CAND_HEAD + ")")
@@ -79,6 +81,8 @@ _SCAN = re.compile(
     |(?P<time>(?<![\w.:])(?P<th>\d{{1,2}}):(?P<tm>\d{{2}})(?::(?P<ts>\d{{2}}))?
         (?:\s*(?P<tap>[ap])\.?m\b\.?)?(?![\w:]))
     |(?P<hap>(?<![\w.:])(?P<hh>\d{{1,2}})\s*(?P<hp>[ap])\.?m\b\.?)
+    |(?P<oclock>(?<![\w.:])(?P<oh>\d{{1,2}})\s*o'?\s?clock\b)
+    |(?P<ratio>(?<![\w.:])(?P<ra>\d+(?:\.\d+)?):(?P<rb>\d+(?:\.\d+)?)(?![\w:]|\.\d))
     |(?P<decade>(?<![\w.])(?P<dec>\d{{3}}0)'?s\b)
     |(?P<num>(?<![\w.,])(?P<neg>-(?=[{_CURRENCY}]?\.?\d))?(?:(?P<cur>[{_CURRENCY}])\s?)?
         (?P<neg2>-)?(?=\.?\d)
@@ -108,7 +112,8 @@ _STATED = re.compile(
     r"(?:\s+(?:of|for|in|on)\s+[\w ]{1,30}?)?\s*\b(?:is|are|was|were|equals|comes\s+to)\b"
     r"|(?:total|sum|result|count|value|number)\s*[=:]"
     r"|there\s+(?:are|is|were|was)\b|there's\b|i\s+(?:can\s+)?(?:see|count)\b"
-    r"|(?:equals|totals|is\s+equal\s+to|makes|gives)\b|=|in\s+total\b\s*:?"
+    r"|(?:equals|totals|is\s+equal\s+to|makes|gives)\b|=|in\s+total\s*:"
+    r"|答案\s*(?:应该是|应为|是|为|:)?"
 )
 _POSTFIX_MARK = re.compile(r"(?:in\s+total|in\s+all|altogether|overall|total)\b")
 _POSTFIX = re.compile(r"\s*(?:[a-z]+\s+){0,2}?(?:in\s+total|in\s+all|altogether|overall|total)\b")
@@ -139,6 +144,13 @@ _STOP: Final = frozenset(
     "around near under behind inside can could would will may might shall should has have had "
     "do does did not".split()
 )
+_NOT_UNITS: Final = frozenset(
+    [*_MAGNITUDE, "am", "pm", "a.m", "p.m", "o'clock", "oclock", "percent", "pct", "yes", "no",
+     "not", "none", "jan", "january", "feb", "february", "mar", "march", "apr", "april", "may",
+     "jun", "june", "jul", "july", "aug", "august", "sep", "sept", "september", "oct",
+     "october", "nov", "november", "dec", "december", "st", "nd", "rd", "th", "s", "maybe",
+     "perhaps", "possibly", "unsure", "uncertain", "unclear"]
+)  # fmt: skip
 _FILLER = re.compile(
     r"(?:\s*(?:in\s+total|in\s+all|total|altogether|overall|visible|shown|present|left|each"
     r"|apiece|approximately|approx|roughly|(?:of\s+)?them|(?:are|is)\s+(?:visible|shown"
@@ -147,13 +159,18 @@ _FILLER = re.compile(
 )
 _LEADS = (
     r"(?:(?:there\s+(?:are|is|were|was)|there's|i\s+(?:can\s+)?(?:see|count)|it(?:'s|\s+is"
-    r"|\s+was)|they\s+are|we\s+(?:see|have)|the\s+(?:total|count|number|value|result|sum"
-    r"|amount|time|date|year|answer)(?:\s+of\s+[a-z]+)?\s+(?:is|was|are)|a\s+total\s+of"
+    r"|\s+was)|they\s+are|we\s+(?:see|have)|the\s+[a-z]+(?:\s+(?:of|for|in)\s+[a-z]+)?"
+    r"\s+(?:is|was|are|were)|a\s+total\s+of"
     r"|total\s*:|about|around|approximately|approx\.?|roughly|only|exactly|just{})"
     r"\s+|[~≈]\s*)*"
 )
 _NUM_LEAD = re.compile(_LEADS.format(""))
-_AUTO_LEAD = re.compile(_LEADS.format("|in|on|at|since"))
+_AUTO_LEAD = re.compile(
+    _LEADS.format(
+        "|in|on|at|since|between|from|either|at\\s+least|at\\s+most|more\\s+than|less\\s+than"
+        "|fewer\\s+than|greater\\s+than|over|under|up\\s+to|above|below"
+    )
+)
 _SENTENCE_END = re.compile(r"[!?;\n]|\.(?!\d)")
 _PRONOUN_ONE = re.compile(
     r"\b(?:the|this|that|which|each|every|any|another|no|some)\s+"
@@ -271,6 +288,13 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
         return Quantity("time", key=_time_key(int(g["th"]), int(g["tm"]), g["ts"], g["tap"])), end
     if g["hap"]:
         return Quantity("time", key=_time_key(int(g["hh"]), 0, None, g["hp"])), end
+    if g["oclock"]:
+        return Quantity("time", key=_time_key(int(g["oh"]), 0, None, None)), end
+    if g["ratio"]:
+        a_, b_ = Decimal(g["ra"]), Decimal(g["rb"])
+        if b_ == 0 or len(g["ra"]) + len(g["rb"]) > _MAX_DIGITS:
+            return None, end
+        return Quantity("num", _CTX.divide(a_, b_)), end
     if g["decade"]:
         return Quantity("decade", key=f"{g['dec']}s"), end
     if g["words"]:
@@ -309,12 +333,18 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
 
 
 def _unit_after(low: str, end: int) -> tuple[str, int]:
-    """The unit noun after a number (the last of up to three words before a stop word)."""
+    """The unit noun after a number (the last of up to three words before a stop word).
+
+    Returns ``("", end)`` when a word follows that would change how the number reads
+    ("bn", "pm", "March", "yes"): then the answer is not a plain number form.
+    """
     head, pos = "", end
     for _ in range(3):
         m = _UNIT_WORD.match(low, pos)
         if m is None or m.group(1) in _STOP:
             break
+        if m.group(1) in _NOT_UNITS:
+            return "", -1
         head, pos = m.group(1), m.end()
     return head, pos
 
@@ -387,8 +417,9 @@ def _pick(low: str) -> re.Match[str] | None:
     for mark in last_matches(_POSTFIX_MARK, low, _MAX_STATEMENTS):
         if mark.start() <= best_at:
             break
+        window = word_start(low, max(0, mark.start() - 60))
         last = None
-        for last in _tokens(low, word_start(low, max(0, mark.start() - 60)), mark.start(), allow_no=False):  # noqa: B007, E501
+        for last in _tokens(low, window, mark.start(), allow_no=False):  # noqa: B007
             pass
         if last is not None:
             post = _POSTFIX.match(low, last.end(), mark.end())
@@ -454,7 +485,7 @@ def read_auto_number(region: str) -> Quantity | None:
     low = lower_same(region)
     lead = _AUTO_LEAD.match(low)
     m = _SCAN.match(low, lead.end() if lead else 0)
-    if m is None or m.group("no") is not None or m.group("ord"):
+    if m is None or m.group("ord") or m.group("no") == "no":
         return None
     sentence = _SENTENCE_END.search(low, m.end())
     stop = sentence.start() if sentence else len(low)
@@ -464,7 +495,7 @@ def read_auto_number(region: str) -> Quantity | None:
     if q is None:
         return None
     unit, pos = _unit_after(low, end) if q.kind in ("num", "year") else ("", end)
-    if pos > stop or not _FILLER.match(low, pos, stop):
+    if pos < 0 or pos > stop or not _FILLER.match(low, pos, stop):
         return None
     if next(_tokens(low, pos, stop), None) is not None:
         return None
@@ -598,6 +629,4 @@ def quantities_match(a: Quantity, b: Quantity, *, rel_tol: float, gold: bool = F
         return _close(a.value, b.value, rel_tol, gold) or _close(
             a.value, b.value / 100, rel_tol, gold
         )
-    return _close(a.value, b.value, rel_tol, gold) or _close(
-        a.value / 100, b.value, rel_tol, gold
-    )
+    return _close(a.value, b.value, rel_tol, gold) or _close(a.value / 100, b.value, rel_tol, gold)

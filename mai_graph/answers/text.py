@@ -32,8 +32,6 @@ _BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 _MARKUP = re.compile(r"[*`#]+")
 _UNDERSCORE = re.compile(r"_+(?![A-Za-z0-9])|(?<![A-Za-z0-9])_+")
-_ZH_ANSWER = re.compile(r"(?:最终|正确)?答案\s*(?:应该是|应为|是|为|:)?")
-_ZH_CHOOSE = re.compile(r"我?选择?(?:项)?")
 _TRANSLATE: Final = str.maketrans(
     {
         "\u2018": "'",
@@ -87,13 +85,13 @@ def prepare(text: str) -> str:
     r"""The text every reader starts from.
 
     Unicode NFKC (full-width ``Ｃ`` reads ``C``), reasoning blocks removed, typographic quotes
-    and dashes made plain, ``\boxed{X}`` read as a stated answer, markdown emphasis dropped,
-    and the Chinese answer marker 答案 read as "answer:".
+    and dashes made plain, ``\boxed{X}`` read as a stated answer, markdown emphasis dropped.
+    (The Chinese answer marker 答案 is one of the answer statements, see ``_LEAD``.)
 
     >>> prepare("**Answer:** \\boxed{Ｃ}")
     'Answer:  answer: C .'
     >>> prepare("答案：C")
-    ' answer: C'
+    '答案:C'
     """
     text = unicodedata.normalize("NFKC", text)
     text = strip_think(text)
@@ -105,16 +103,7 @@ def prepare(text: str) -> str:
     text = _MARKUP.sub("", text)
     if "_" in text:
         text = _UNDERSCORE.sub("", text)
-    return _last_zh(_last_zh(text, "答案", _ZH_ANSWER, " answer: "), "选", _ZH_CHOOSE, " I choose ")
-
-
-def _last_zh(text: str, marker: str, pattern: re.Pattern[str], english: str) -> str:
-    """Read the last Chinese answer marker as its English statement (only the last counts)."""
-    i = text.rfind(marker)
-    if i < 0:
-        return text
-    start = max(0, i - 4)
-    return text[:start] + pattern.sub(english, text[start:], count=1)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,8 +112,9 @@ def _last_zh(text: str, marker: str, pattern: re.Pattern[str], english: str) -> 
 _LEAD = re.compile(
     r"answer(?:\s+to\s+(?:the|this|your)\s+question)?"
     r"\s*(?:(?:would|should|will|must)\s+be\b|is\b|:|=|-(?=\s)|\n)"
-    r"|i(?:'d|\s+would|\s+will|'ll)?\s+(?:go\s+with|choose|pick|select|opt\s+for)\b"
+    r"|i(?:'d|\s+would|\s+will|'ll)?\s+(?:go\s+with|choose|pick|select|opt\s+for|say)\b"
     r"|my\s+(?:pick|guess|choice)\s*(?:is\b|:)"
+    r"|答案\s*(?:应该是|应为|是|为|:)?"
 )
 """Answer statements, matched on lower-cased text (see :func:`iter_words`)."""
 _LEAD_REST = re.compile(r"[\s:=\-,]*")
@@ -155,15 +145,15 @@ _WS = re.compile(r"\s")
 
 
 def word_start(low: str, i: int) -> int:
-    """The first position at or after ``i`` that starts a word (so a window never cuts one).
+    """A position at or after ``i`` that starts a word (so a window rarely cuts one).
 
     >>> word_start("the answer is", 5)
     11
     """
     if i <= 0:
         return 0
-    m = _WS.search(low, i - 1)
-    return m.end() if m else len(low)
+    m = _WS.search(low, i - 1, i + _OVERHANG)
+    return m.end() if m else i
 
 
 def last_matches(pattern: re.Pattern[str], low: str, limit: int) -> list[re.Match[str]]:
@@ -264,7 +254,7 @@ NUMBER_WORDS: Final = (
     + _NUMWORD
     + r"(?:(?:[\s-]+and)?[\s-]+"
     + _NUMWORD
-    + r")*\b)"
+    + r"){0,11}\b)"
 )
 """Regex source of a number written in words ("twenty-one", "a hundred and five")."""
 _NUMBER_WORDS = re.compile(NUMBER_WORDS)
@@ -309,8 +299,20 @@ def words_to_number(words: str) -> Decimal | None:
 
 
 def _digits_for_words(m: re.Match[str]) -> str:
-    value = words_to_number(m.group(0))
-    return m.group(0) if value is None else str(value)
+    words = m.group(0)
+    single = _SINGLE_DIGITS.get(words)
+    if single is not None:
+        return single
+    if words.split("-")[0].split()[0] in _SCALES:
+        return words  # "billion" alone (as in "4.5 billion") is not a number
+    value = words_to_number(words)
+    return words if value is None else str(value)
+
+
+_SINGLE_DIGITS: Final = {
+    **{k: str(v) for k, v in _UNITS.items()},
+    **{k: str(v) for k, v in _TENS.items()},
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,7 +336,7 @@ _CONTRACTIONS: Final = {
     "whys": "why's", "wont": "won't", "wouldnt": "wouldn't", "wouldve": "would've",
     "yall": "y'all", "youd": "you'd", "youll": "you'll", "youre": "you're", "youve": "you've",
 }  # fmt: skip
-_VQA_DIGITS: Final = {"none": "0"}
+_WORD_MAP: Final = {**_CONTRACTIONS, "none": "0", "a": "", "an": "", "the": ""}
 
 
 def vqa_normalize(text: str) -> str:
@@ -345,7 +347,8 @@ def vqa_normalize(text: str) -> str:
     are deleted (``u.s.`` → ``us``, ``3.5`` stays); lower case; number words become digits
     (``none`` → ``0``); articles are dropped; contractions get their apostrophe (``dont`` →
     ``don't``). Extras: number words of any size (``twenty-one`` → ``21``), ``*`` and ``|``
-    count as punctuation, and whitespace is collapsed. Returns ``""`` when nothing is left.
+    count as punctuation, quotes at the edges of words are dropped, and whitespace is
+    collapsed. Returns ``""`` when nothing is left.
 
     >>> vqa_normalize("The U.S.!"), vqa_normalize("Twenty-one dogs"), vqa_normalize("1,234")
     ('us', '21 dogs', '1234')
@@ -361,10 +364,9 @@ def vqa_normalize(text: str) -> str:
             glued = strip_all or f"{p} " in s or f" {p}" in s
             s = s.replace(p, "" if glued else " ")
     s = _PERIOD.sub("", s)
-    words = []
-    for word in s.split():
-        if word in _ARTICLES:
-            continue
-        word = _VQA_DIGITS.get(word, word)
-        words.append(_CONTRACTIONS.get(word, word))
-    return " ".join(words)
+    if _NUMBER_WORD_START.search(s):  # words that punctuation kept apart ("twenty_one")
+        s = _NUMBER_WORDS.sub(_digits_for_words, s)
+    if "'" in s:
+        s = " ".join(w.strip("'") for w in s.split())
+    words = [_WORD_MAP.get(w, w) for w in s.split()]
+    return " ".join(w for w in words if w)

@@ -8,7 +8,8 @@ Order of reading (after the last answer statement, if any):
 4. The first word: yes / yeah / true / correct / sure / definitely / ... → yes ("definitely
    not" → no); no / nope / false / incorrect / not / none / never → no. A standalone answer
    word of the other side later ("Yes. No, wait.") makes it unknown.
-5. "I think so" → yes; "I don't think so" → no.
+5. "That's correct" / "it is true" → yes ("that's wrong", "it's not true" → no); "I think
+   so" → yes; "I don't think so" → no.
 6. Standalone yes and no words anywhere: one side only → that side; both → unknown.
 7. A negated statement ("There is no dog", "It isn't red") → no. Anything else → unknown.
 """
@@ -39,6 +40,11 @@ _NO_FIRST: Final = frozenset(
 _STRONG: Final = frozenset("absolutely definitely certainly surely".split())
 _STANDALONE_YES = re.compile(r"\byes\b", re.IGNORECASE)
 _STANDALONE_NO = re.compile(r"\bno\b(?=\s*(?:[.,!;:)]|$))", re.IGNORECASE)
+_VERDICT = re.compile(
+    r"\b(?:that|it|this)(?:'s|\s+is)\s+(?P<neg>not\s+)?(?:(?P<yes>correct|right|true|so)"
+    r"|(?P<no>incorrect|wrong|false|untrue))\b",
+    re.IGNORECASE,
+)
 _THINK_SO = re.compile(
     r"\bi\s+(?:(?P<neg>don't|do\s+not|doesn't)\s+)?(?:think|believe|guess|suppose)\s+so\b",
     re.IGNORECASE,
@@ -59,6 +65,8 @@ def read_yes_no(text: str) -> str:
     ('<unknown>', 'no')
     """
     region = answer_region(text)
+    if is_refusal(region):
+        return UNKNOWN
     head = region.lstrip(" \t\n\"'([:")
     if head.startswith(_ZH_NO):
         return "no"
@@ -77,6 +85,9 @@ def read_yes_no(text: str) -> str:
         return UNKNOWN if _STANDALONE_NO.search(region) else "yes"
     if first in _NO_FIRST:
         return UNKNOWN if _STANDALONE_YES.search(region) else "no"
+    verdict = _VERDICT.search(region[:200])
+    if verdict is not None:
+        return "no" if bool(verdict.group("neg")) == bool(verdict.group("yes")) else "yes"
     think = _THINK_SO.search(region)
     if think is not None:
         return "no" if think.group("neg") else "yes"
