@@ -311,3 +311,27 @@ def test_match_gold_shares_the_gates_reading():
     for pred, gold, kind, options in cases:
         assert match_gold(pred, gold, kind, options=options)
         assert answers_match(pred, gold, kind, options=options)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/answers.md states its examples; they must stay true.
+
+
+def _doc_examples():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "answers.md").read_text()
+    block = re.search(r"<!-- begin:examples -->\n(.*?)<!-- end:examples -->", text, re.DOTALL)
+    assert block, "docs/answers.md lost its examples block"
+    rows = []
+    for line in block.group(1).splitlines()[2:]:
+        kind, output, canonical = (cell.strip().strip("`") for cell in line.strip("|").split("|"))
+        rows.append((kind, output, canonical))
+    return rows
+
+
+@pytest.mark.parametrize(("kind", "output", "canonical"), _doc_examples())
+def test_docs_examples_hold(kind, output, canonical):
+    options = CARS if kind == "choice" else None
+    assert extract_answer(output, kind, options) == canonical

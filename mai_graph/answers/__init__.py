@@ -27,6 +27,7 @@ from mai_graph.answers.core import (
     answers_match,
     canonical_gold,
     canonical_match,
+    canonical_number,
     extract_answer,
     match_gold,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "answers_match",
     "canonical_gold",
     "canonical_match",
+    "canonical_number",
     "extract_answer",
     "match_gold",
     "normalize_options",

@@ -20,7 +20,14 @@ from mai_graph.answers.text import answer_region, is_refusal, prepare, vqa_norma
 from mai_graph.answers.yes_no import read_yes_no
 from mai_graph.errors import ConfigError
 
-__all__ = ["answers_match", "canonical_gold", "canonical_match", "extract_answer", "match_gold"]
+__all__ = [
+    "answers_match",
+    "canonical_gold",
+    "canonical_match",
+    "canonical_number",
+    "extract_answer",
+    "match_gold",
+]
 
 _FIRST_WORDS = re.compile(r"[a-z]+(?:'[a-z]+)?", re.IGNORECASE)
 _YES_WORDS: Final = frozenset({"yes", "yeah", "yep", "yup"})
@@ -201,6 +208,24 @@ def canonical_match(a: str, b: str, *, rel_tol: float = 0.05) -> bool:
     if qa is not None and qb is not None:
         return quantities_match(qa, qb, rel_tol=rel_tol)
     return a == b
+
+
+def canonical_number(canonical: str) -> float | None:
+    """The numeric value of a canonical number answer; None for anything else.
+
+    Canonical numbers may carry a thousands separator (``"1,987"``), a percent sign
+    (``"12%"`` → 12.0), a currency or a unit noun (``auto``); dates and clock times have no
+    single value and give None.
+
+    >>> canonical_number("1,987"), canonical_number("12%"), canonical_number("-$3.5")
+    (1987.0, 12.0, -3.5)
+    >>> canonical_number("07:45") is None, canonical_number("red car") is None
+    (True, True)
+    """
+    q = parse_canonical(canonical) if canonical != UNKNOWN else None
+    if q is None or q.kind not in ("num", "year"):
+        return None
+    return float(q.value)
 
 
 def answers_match(
