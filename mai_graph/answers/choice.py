@@ -30,10 +30,12 @@ __all__ = ["read_choice"]
 _CHOICE_LEAD = re.compile(
     _LEAD.pattern + r"|(?:option|choice|letter)\s*(?:(?:would|should|must)\s+be\b|is\b|:)"
     r"|(?:go(?:ing)?\s+with|choose|choosing|pick|select|opt\s+for)\b|选择?项?"
-    r"|(?P<weak>(?:so|thus|therefore|hence)\s*,?\s+(?:it'?s\s+|it\s+is\s+)?"
+    r"|(?P<weak>(?:so|thus|therefore|hence|definitely|clearly|probably|likely|certainly"
+    r"|obviously|surely)\s*,?\s+(?:it'?s\s+|it\s+is\s+)?"
     r"|it(?:'s|\s+is|\s+must\s+be|\s+should\s+be)\s+(?:option\s+)?)"
 )
 """Statements that precede the letter (lower-cased text; ``weak`` ones need a capital next)."""
+_LIST_INTRO = re.compile(r"\b(?:each|every|following|all|these|those|other|which)\s+$")
 _WEAK_LETTER = re.compile(r"[\(\[]?[A-Z][\)\]]?(?:[\s.,;:!]|$)")
 _CHOICE_POST = re.compile(
     r"(?:is|seems|looks|would\s+be|should\s+be|must\s+be)\s+(?:the\s+)?(?:most\s+)?"
@@ -148,8 +150,11 @@ def _from_statements(text: str, opts: _Options) -> str | None:
     low = lower_same(text)
     found: list[tuple[int, int, str | None]] = []  # (position, read from, letter or None)
     for m in last_matches(_CHOICE_LEAD, low, _MAX_STATEMENTS):
-        if m.group("weak") is None or _WEAK_LETTER.match(text, m.end()):
-            found.append((m.start(), m.end(), None))
+        if m.group("weak") is not None and not _WEAK_LETTER.match(text, m.end()):
+            continue
+        if _LIST_INTRO.search(low, max(0, m.start() - 16), m.start()):
+            continue  # "each option:", "the following choices:" introduce a list
+        found.append((m.start(), m.end(), None))
     for m in last_matches(_CHOICE_POST, low, _MAX_STATEMENTS):
         before = _POST_LETTER.search(text, max(0, m.start() - 24), m.start())
         if before is None:

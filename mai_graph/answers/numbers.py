@@ -126,6 +126,7 @@ _HEDGE_AFTER = re.compile(
     rf"\s*(?:-|to\b|or\b|and\b|~|/|out\s+of\b|of\b|vs\.?)\s*(?:[{_CURRENCY}]\s?)?"
     rf"(?:\d|{NUMBER_WORDS})"
     rf"|\s*,\s*(?:\d+|{NUMBER_WORDS})\s*(?:,|or\b)"
+    r"|\+(?!\s*\d)|\s*(?:or\s+(?:more|less|fewer)|and\s+(?:up|above|more))\b"
 )
 _HEDGE_BEFORE = re.compile(
     rf"(?:(?:\d|\b{NUMBER_WORDS})\s*(?:-|\bto|\bor|\band|~|/|\bout\s+of|\bof|\bvs\.?)"
@@ -154,7 +155,8 @@ _NOT_UNITS: Final = frozenset(
 _FILLER = re.compile(
     r"(?:\s*(?:in\s+total|in\s+all|total|altogether|overall|visible|shown|present|left|each"
     r"|apiece|approximately|approx|roughly|(?:of\s+)?them|(?:are|is)\s+(?:visible|shown"
-    r"|present|there)|can\s+be\s+seen|(?:in|on|at|near|under|behind|inside)\s+(?:the|this"
+    r"|present|there)|can\s+be\s+seen|(?:(?:are|is)\s+)?(?:in|on|at|near|under|behind|inside)"
+    r"\s+(?:the|this"
     r"|that|a)\s+[a-z]+(?:\s+[a-z]+)?)\b)*[\s.!,;:]*\Z"
 )
 _LEADS = (

@@ -220,6 +220,7 @@ _REFUSAL = re.compile(
     r"|insufficient\s+(?:information|info|context|detail|evidence)\b"
     r"|(?:maybe|perhaps|possibly|it\s+depends|depends\s+on)\b"
     r"|could\s+be\s+(?:either|any|both)\b|either\s+way\b|n/a\b"
+    r"|(?:also|equally)\s+(?:possible|plausible|likely)\b|(?:could|might|may)\s+also\s+be\b"
     r"|none\s+of\s+the\s+(?:above|options|choices|answers)\b"
     r"|无法(?:确定|判断|回答)|不确定|不知道"
 )
