@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mai_graph.backends.select import BACKENDS
-from mai_graph.context import MAIContext
+from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -33,10 +33,16 @@ exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 anything else.
 
 
 def _add_context_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="mai", help="mai | small | large | small_cot | large_cot")
-    p.add_argument("--kind", default="auto", help="auto | choice | yes_no | number | text")
-    p.add_argument("--keep-ratio", type=float, default=0.2, help="share of reasoning kept")
-    p.add_argument("--cot-max-tokens", type=int, default=512, help="reasoning budget")
+    p.add_argument(
+        "--context",
+        metavar="FILE",
+        help="settings file: a JSON object of MAIContext fields (e.g. from calibrate); "
+        "the flags below override it",
+    )
+    p.add_argument("--policy", help="mai (default) | small | large | small_cot | large_cot")
+    p.add_argument("--kind", help="auto (default) | choice | yes_no | number | text")
+    p.add_argument("--keep-ratio", type=float, help="share of reasoning kept (default 0.2)")
+    p.add_argument("--cot-max-tokens", type=int, help="reasoning budget (default 512)")
     p.add_argument(
         "--set",
         action="append",
@@ -53,13 +59,13 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
-def _context(args: argparse.Namespace) -> MAIContext:
-    values: dict[str, Any] = {
-        "policy": args.policy,
-        "answer_kind": args.kind,
-        "keep_ratio": args.keep_ratio,
-        "cot_max_tokens": args.cot_max_tokens,
-    }
+def context_from_args(args: argparse.Namespace, **flags: Any) -> MAIContext:
+    """The run settings of a command: ``--context FILE``, then flags, then ``--set`` items.
+
+    ``flags`` maps MAIContext fields to flag values; ``None`` means the flag was not given.
+    """
+    values: dict[str, Any] = load_settings(args.context) if args.context else {}
+    values.update({k: v for k, v in flags.items() if v is not None})
     known = set(MAIContext.model_fields)
     for item in args.set:
         key, sep, raw = item.partition("=")
@@ -72,6 +78,16 @@ def _context(args: argparse.Namespace) -> MAIContext:
             )
         values[key] = _parse_value(raw)
     return MAIContext(**values)
+
+
+def _context(args: argparse.Namespace) -> MAIContext:
+    return context_from_args(
+        args,
+        policy=args.policy,
+        answer_kind=args.kind,
+        keep_ratio=args.keep_ratio,
+        cot_max_tokens=args.cot_max_tokens,
+    )
 
 
 def _options(args: argparse.Namespace) -> Any:

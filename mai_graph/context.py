@@ -7,7 +7,10 @@ keys (typos), and validates every value, raising :class:`~mai_graph.errors.Confi
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -15,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mai_graph.answers import AnswerKind
 from mai_graph.errors import ConfigError
 
-__all__ = ["Gate", "MAIContext", "Policy", "SparsifyStrategy", "mai_settings"]
+__all__ = ["Gate", "MAIContext", "Policy", "SparsifyStrategy", "load_settings", "mai_settings"]
 
 Policy = Literal["mai", "small", "large", "small_cot", "large_cot"]
 """Which route the graph takes.
@@ -164,6 +167,43 @@ class MAIContext(BaseModel):
             value=value,
             fix="pass MAIContext(...) or a dict of its fields",
         )
+
+
+def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a settings file: a JSON object of :class:`MAIContext` fields, validated.
+
+    ``mai-graph calibrate`` writes one; ``mai-graph run --context FILE``, ``eval --context
+    FILE`` and Studio (paste it as the run's context) accept it.
+
+    Raises:
+        ConfigError: Missing file, invalid JSON, not an object, or unknown / invalid fields.
+    """
+    file = Path(path).expanduser()
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"context file not found: {file}",
+            parameter="--context",
+            value=str(file),
+            fix="give the path of a JSON file of MAIContext fields",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"context file {file} is not valid JSON ({exc.msg}, line {exc.lineno})",
+            parameter="--context",
+            value=str(file),
+            fix='write a JSON object such as {"gate": "agree", "keep_ratio": 0.3}',
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"context file {file} must hold a JSON object of MAIContext fields",
+            parameter="--context",
+            value=str(file),
+            fix='write e.g. {"gate": "agree", "keep_ratio": 0.3}',
+        )
+    MAIContext(**data)  # validate now, naming the file's mistakes
+    return data
 
 
 def mai_settings(context: Any) -> MAIContext:

@@ -73,3 +73,30 @@ def test_run_with_the_confidence_gate(capsys):
     argv = ["run", "Is it red?", "--set", "gate=agree_confident", "--set", "gate_min_prob=0.1"]
     assert main(argv) == EXIT_OK
     assert "route:" in capsys.readouterr().out
+
+
+def test_run_reads_a_context_file_and_flags_override_it(capsys, tmp_path):
+    settings = tmp_path / "context.json"
+    settings.write_text(json.dumps({"policy": "large", "keep_ratio": 0.4}))
+    assert main(["run", "Is it red?", "--context", str(settings), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["route"] == "large"
+    argv = ["run", "Is it red?", "--context", str(settings), "--policy", "small", "--json"]
+    assert main(argv) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["route"] == "small"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "context file not found"),
+        ("{policy: large}", "not valid JSON"),
+        ("[1, 2]", "JSON object of MAIContext fields"),
+        ('{"kep_ratio": 0.3}', "unknown context settings"),
+    ],
+)
+def test_a_bad_context_file_exits_2(capsys, tmp_path, content, message):
+    settings = tmp_path / "context.json"
+    if content is not None:
+        settings.write_text(content)
+    assert main(["run", "q", "--context", str(settings)]) == EXIT_USAGE
+    assert message in capsys.readouterr().err

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mai_graph.context import MAIContext
+from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import ConfigError
 
 __all__ = ["load_context_file", "register"]
@@ -42,55 +42,14 @@ Exit code 1 when no setting meets the objective.
 
 
 def load_context_file(path: str | Path) -> dict[str, Any]:
-    """Read a context file: a JSON object of :class:`~mai_graph.context.MAIContext` fields.
-
-    Raises:
-        ConfigError: Missing file, invalid JSON, not an object, or unknown / invalid fields.
-    """
-    file = Path(path).expanduser()
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"context file not found: {file}", parameter="--context", value=str(file)
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"context file {file} is not valid JSON ({exc.msg}, line {exc.lineno})",
-            parameter="--context",
-            value=str(file),
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"context file {file} must hold a JSON object of MAIContext fields",
-            parameter="--context",
-            value=str(file),
-            fix='write e.g. {"gate": "agree", "keep_ratio": 0.3}',
-        )
-    MAIContext(**data)  # validate now, naming the file's mistakes
-    return data
+    """Read a context file (see :func:`mai_graph.context.load_settings`)."""
+    return load_settings(path)
 
 
 def _context(args: argparse.Namespace) -> MAIContext:
-    from mai_graph.cli import _parse_value
+    from mai_graph.cli import context_from_args
 
-    values: dict[str, Any] = load_context_file(args.context) if args.context else {}
-    if args.keep_ratio is not None:
-        values["keep_ratio"] = args.keep_ratio
-    if args.cot_max_tokens is not None:
-        values["cot_max_tokens"] = args.cot_max_tokens
-    known = set(MAIContext.model_fields)
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in known:
-            raise ConfigError(
-                f"--set needs FIELD=VALUE with a MAIContext field, got {item!r}",
-                parameter="--set",
-                value=item,
-                fix=f"use one of {sorted(known)}",
-            )
-        values[key] = _parse_value(raw)
-    return MAIContext(**values)
+    return context_from_args(args, keep_ratio=args.keep_ratio, cot_max_tokens=args.cot_max_tokens)
 
 
 def _csv(raw: str, what: str) -> list[str]:
