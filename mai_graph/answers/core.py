@@ -39,9 +39,8 @@ _COPULA = re.compile(
     r"(?:(?:it|this|that|they|these|those|he|she)(?:'s|'re| is| are| was| were) )+"
 )
 _ZH_YES_NO = ("是", "否", "不", "对", "對", "没", "有", "正确", "错")
-
-
 _SETTLE = 3
+"""At most this many extra readings until a canonical answer reads the same again."""
 
 
 def _check_rel_tol(rel_tol: float) -> None:
@@ -81,7 +80,7 @@ def _says_yes_no(region: str) -> bool:
 
 
 def _read_auto(t: str, *, gold: bool = False) -> str:
-    """Read an ``auto`` answer, then read that once more.
+    """Read an ``auto`` answer, then read the result again until it settles.
 
     Reading again settles forms that only show after normalization ("the 5th of March
     1987" normalizes to "5th of march 1987", a date), so the canonical answer reads the same
