@@ -132,8 +132,18 @@ def _to_rgb(img: PILImage.Image, source: str) -> PILImage.Image:
     )
 
 
+def _upright(img: PILImage.Image) -> None:
+    """Turn a camera image upright by its EXIF orientation tag, in place (no tag: unchanged)."""
+    from PIL import ImageOps
+
+    try:
+        ImageOps.exif_transpose(img, in_place=True)
+    except Exception:  # noqa: BLE001 - a malformed EXIF block leaves the pixels as stored
+        pass
+
+
 def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
-    """Decode and validate; returns the image in its original mode."""
+    """Decode and validate; returns the image in its original mode, upright (EXIF)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -150,6 +160,7 @@ def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
                     fix="resize the image, or raise max_pixels if you trust the source",
                 )
             img.load()
+            _upright(img)
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

@@ -16,8 +16,8 @@ from typing import Any
 from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
 from mai_graph.backends.base import GenerationRequest
 from mai_graph.context import MAIContext
-from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
+from mai_graph.limits import check_question, fit_image
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import Request
@@ -47,20 +47,15 @@ class Question:
     ) -> Question:
         """Validate a run's raw inputs; turns a path / data URL / bytes into an ImageRef.
 
-        The image is accepted under ``policy`` (None: a trusted caller's, any local path).
+        The image is accepted under ``policy`` (None: a trusted caller's, any local path), and
+        the question and image are held to :mod:`mai_graph.limits` (images too small for the
+        vision processors are scaled up, extreme aspect ratios refused).
         Blocking (file reads, image decoding, the image store): call it off the event loop.
         """
-        text = state.get("question")
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError(
-                f"question must be a non-empty string, got {text!r}",
-                parameter="question",
-                value=text,
-                fix="pass the question text as input['question']",
-            )
+        text = check_question(state.get("question"))
         options = normalize_options(state.get("options"))
         raw = state.get("image")
-        image = resolve_image(raw, policy) if raw is not None else None
+        image = fit_image(resolve_image(raw, policy)) if raw is not None else None
         return cls(text, image, options, resolve_kind(ctx.answer_kind, options))
 
     @classmethod

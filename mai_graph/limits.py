@@ -1,0 +1,156 @@
+"""Input limits checked before any engine: question size, image shape, prompt length.
+
+Vision processors have limits of their own, and an engine that meets them reports an opaque
+error (Qwen-VL refuses an aspect ratio over 200:1 with an empty message, and mistakes the
+channels of a 1x1 image). mai-graph checks every run's input against the limits below when
+the first node validates it, so a bad input fails with an error naming the problem and the fix,
+on every backend, and never reaches an engine:
+
+- a question longer than :data:`MAX_QUESTION_CHARS` characters is refused
+  (:class:`~mai_graph.errors.ConfigError`);
+- an image whose long side is more than :data:`MAX_ASPECT_RATIO` times its short side is
+  refused (:class:`~mai_graph.errors.ImageError`): padding it would leave the model a strip of
+  a few pixels to look at, so the caller is asked to crop or pad it;
+- an image whose short side is under :data:`MIN_IMAGE_SIDE` pixels is converted: scaled up
+  (bicubic, keeping its aspect ratio) until the short side is :data:`MIN_IMAGE_SIDE`, and
+  answered; the run's ``request`` holds the reference to the scaled copy.
+
+Engines check the rendered prompt (text plus image tokens) against their context length before
+a request is submitted (:func:`check_prompt_length`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from mai_graph.errors import ConfigError, ImageError
+from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
+
+__all__ = [
+    "MAX_ASPECT_RATIO",
+    "MAX_QUESTION_CHARS",
+    "MIN_IMAGE_SIDE",
+    "check_prompt_length",
+    "check_question",
+    "fit_image",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 100_000
+"""Longest question accepted, in characters (about 25k tokens; a guard against huge inputs).
+Each engine also checks the rendered prompt against its own context length."""
+
+MAX_ASPECT_RATIO = 200.0
+"""Images whose long side exceeds this many times the short side are refused (Qwen-VL's
+processor limit; other processors accept at least this)."""
+
+MIN_IMAGE_SIDE = 32
+"""Images with a shorter side are scaled up to this many pixels (one Qwen3-VL merged patch,
+16 px x 2; Qwen2-VL's is 28)."""
+
+
+def check_question(text: object) -> str:
+    """``text`` if it is a usable question: a string with a non-space character, not too long.
+
+    >>> check_question("How many apples?")
+    'How many apples?'
+
+    Raises:
+        ConfigError: Not a string, empty or only whitespace, or over :data:`MAX_QUESTION_CHARS`.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"question must be a non-empty string, got {text!r:.80}",
+            parameter="question",
+            value=text if not isinstance(text, str) else text[:80],
+            fix="pass the question text as input['question']",
+        )
+    if len(text) > MAX_QUESTION_CHARS:
+        raise ConfigError(
+            f"question has {len(text):,} characters, over the limit of {MAX_QUESTION_CHARS:,}",
+            parameter="question",
+            value=len(text),
+            fix="shorten the question (put long context in the image or a shorter summary)",
+        )
+    return text
+
+
+def aspect_ratio(width: int, height: int) -> float:
+    """Long side over short side.
+
+    >>> aspect_ratio(8000, 4), aspect_ratio(300, 600)
+    (2000.0, 2.0)
+    """
+    return max(width, height) / min(width, height)
+
+
+def fit_image(ref: ImageRef) -> ImageRef:
+    """``ref`` if its shape suits every vision processor, else a scaled copy (blocking).
+
+    Args:
+        ref: A validated image (from :func:`~mai_graph.sources.resolve_image`).
+
+    Returns:
+        ``ref`` itself, or, for an image whose short side is under :data:`MIN_IMAGE_SIDE`, the
+        reference of a copy scaled up (bicubic, same aspect ratio) so the short side is
+        :data:`MIN_IMAGE_SIDE`.
+
+    Raises:
+        ImageError: The aspect ratio is over :data:`MAX_ASPECT_RATIO`.
+    """
+    width, height = ref["width"], ref["height"]
+    ratio = aspect_ratio(width, height)
+    if ratio > MAX_ASPECT_RATIO:
+        raise ImageError(
+            f"image is {width}x{height} pixels: its aspect ratio {ratio:.0f}:1 is over the "
+            f"limit of {MAX_ASPECT_RATIO:.0f}:1 that vision models accept",
+            parameter="image",
+            value=f"{width}x{height}",
+            fix=f"crop the image, or pad its short side to at least "
+            f"{math.ceil(max(width, height) / MAX_ASPECT_RATIO)} px",
+        )
+    short = min(width, height)
+    if short >= MIN_IMAGE_SIDE:
+        return ref
+    from PIL import Image
+
+    scale = MIN_IMAGE_SIDE / short
+    size = (max(MIN_IMAGE_SIDE, round(width * scale)), max(MIN_IMAGE_SIDE, round(height * scale)))
+    scaled = load_image(ref).resize(size, Image.Resampling.BICUBIC)
+    fitted = make_ref(scaled, f"<{width}x{height} image scaled up>", max_pixels=DEFAULT_MAX_PIXELS)
+    log.info("image %s... is %dx%d: scaled up to %dx%d", ref["sha256"][:12], width, height, *size)
+    return fitted
+
+
+def check_prompt_length(
+    model: str, prompt_tokens: int, max_model_len: int, *, purpose: str = "generate"
+) -> None:
+    """Refuse a prompt that leaves no room in the model's context for even one new token.
+
+    Args:
+        model: The model's name (for the message).
+        prompt_tokens: Text plus image tokens of the rendered prompt.
+        max_model_len: The engine's context length.
+        purpose: The request's purpose; after the reasoning (``s2``, ``answer``) the fix is a
+            shorter reasoning budget rather than a shorter question.
+
+    Raises:
+        ConfigError: ``prompt_tokens >= max_model_len``.
+
+    >>> check_prompt_length("m", 100, 4096)
+    """
+    if prompt_tokens < max_model_len:
+        return
+    if purpose in ("s2", "answer", "attention"):
+        parameter, fix = "cot_max_tokens", "lower cot_max_tokens (or keep_ratio), or "
+    else:
+        parameter, fix = "question", "shorten the question or use a smaller image, or "
+    raise ConfigError(
+        f"{model}: the {purpose} prompt has {prompt_tokens:,} tokens (text and image), which "
+        f"does not fit the model's context of max_model_len={max_model_len:,} tokens",
+        parameter=parameter,
+        value=prompt_tokens,
+        fix=fix + "start the engine with a larger max_model_len",
+    )
