@@ -133,3 +133,13 @@ def test_unknown_question_and_bad_settings():
     with pytest.raises(ConfigError, match="--sim needs FIELD=VALUE"):
         SimConfig.parse(["nope=1"])
     assert SimConfig.parse(["small=0.3", "sleep=0.5"]).small == 0.3
+
+
+@pytest.mark.parametrize("gold", ["12%", "1,987", "1987", "7:45", "2024-03-01", "3.5", "-4"])
+def test_simulated_wrong_numbers_are_wrong_for_every_gold_form(gold):
+    from mai_graph.answers import match_gold
+    from mai_graph.eval.datasets import Sample
+    from mai_graph.eval.simulate import _wrong_answers
+
+    wrong = _wrong_answers(Sample(id="x", question="q", kind="number", answer=gold))
+    assert wrong and not any(match_gold(w, gold, "number") for w in wrong)

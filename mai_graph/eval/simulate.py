@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mai_graph.answers import canonical_gold
+from mai_graph.answers import canonical_gold, canonical_number
 from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
 from mai_graph.errors import BackendError, ConfigError
@@ -165,7 +165,10 @@ def _wrong_answers(sample: Sample) -> list[str]:
     if sample.kind == "yes_no":
         return ["no" if canonical_gold(sample.answer, "yes_no") == "yes" else "yes"]
     if sample.kind == "number":
-        gold = float(canonical_gold(sample.answer, "number"))
+        value = canonical_number(canonical_gold(sample.answer, "number"))
+        if value is None:  # a date or a clock time: any other text is wrong
+            return [w for w in _TEXT_DISTRACTORS if w != sample.answer][:_NUMBER_DISTRACTORS]
+        gold = value
         step = max(1.0, math.ceil(0.25 * abs(gold)))
         values = [gold + step, gold - step, gold + 2 * step, gold + 3 * step]
         return [_number_text(v) for v in values[:_NUMBER_DISTRACTORS]]
