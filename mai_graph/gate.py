@@ -16,6 +16,11 @@ from mai_graph.context import MAIContext
 __all__ = ["after_disagreement", "agreement_exits"]
 
 
+NON_COMMITTAL = frozenset({"unknown", "unanswerable", "not answerable"})
+"""Canonical answers that are real text answers for scoring (datasets use them as gold) but
+never end a run early: two models that both say "unknown" have not verified anything."""
+
+
 def _sure(prob: float | None, threshold: float) -> bool:
     return prob is not None and prob >= threshold
 
@@ -30,8 +35,12 @@ def agreement_exits(
     (True, False)
     >>> agreement_exits("B", "B", None, None, MAIContext())
     True
+    >>> agreement_exits("unknown", "unknown", 1.0, 1.0, MAIContext())
+    False
     """
-    if ctx.gate == "never" or not canonical_match(a, b, rel_tol=ctx.rel_tol):
+    if ctx.gate == "never" or a in NON_COMMITTAL or b in NON_COMMITTAL:
+        return False
+    if not canonical_match(a, b, rel_tol=ctx.rel_tol):
         return False
     if ctx.gate == "agree_confident":
         return _sure(prob_a, ctx.gate_min_prob) and _sure(prob_b, ctx.gate_min_prob)

@@ -139,3 +139,18 @@ def test_scripted_probs_in_turn_and_zero():
     second = g.invoke({"question": "Which?", "options": OPTIONS}, context={})
     assert first["small_prob"] == pytest.approx(0.2)
     assert second["small_prob"] == 0.0 and not math.isnan(second["small_prob"])
+
+
+@pytest.mark.parametrize("text", ["Unknown", "unknown.", "Unanswerable", "I can't tell", "Unsure"])
+def test_non_answers_never_end_a_run(text):
+    small, large = pair(small_short=text, large_short=text, s2=text)
+    small.script["short"] = large.script["short"] = text
+    g = create_mai_graph(small, large).compile()
+    out = g.invoke({"question": "What is written on the sign?"}, context={})
+    assert out["route"] == "transfer"
+
+
+def test_a_gold_unknown_still_scores():
+    from mai_graph.answers import match_gold
+
+    assert match_gold("Unknown.", "unknown", "text")
