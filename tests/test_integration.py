@@ -124,10 +124,12 @@ def test_messages_to_input_reads_text_image_and_options(png):
         [HumanMessage(content=[{"type": "image", "base64": "AAAA", "mime_type": "image/png"}, "Q"])]
     )
     assert b64["image"] == "data:image/png;base64,AAAA"
-    with pytest.raises(ImageError, match="remote image URLs are not fetched"):
-        messages_to_input(
-            [HumanMessage(content=[{"type": "image_url", "image_url": "https://x/y.png"}])]
-        )
+    url = messages_to_input(
+        [HumanMessage(content=[{"type": "image_url", "image_url": "https://x/y.png"}])]
+    )
+    assert url["image"] == "https://x/y.png"  # the graph's image policy decides (off by default)
+    with pytest.raises(ImageError, match="no usable source"):
+        messages_to_input([HumanMessage(content=[{"type": "image_url", "image_url": ""}])])
     with pytest.raises(ConfigError, match="no human message"):
         messages_to_input([AIMessage("hi")])
 

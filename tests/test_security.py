@@ -210,3 +210,48 @@ def test_no_secret_in_state_checkpoints_metrics_results_or_logs(
     assert out["route"] == "transfer" and reply.content == "no"  # every node made its calls
     leaks = [where for where, text in places.items() if SECRET in text or SECRET[3:20] in text]
     assert not leaks, f"the API key leaked into: {leaks}"
+
+
+# -- the chat adapter ----------------------------------------------------------------------------
+
+
+def _image_message(source):
+    from langchain_core.messages import HumanMessage
+
+    image = {"type": "image_url", "image_url": {"url": source}}
+    return [HumanMessage(content=[{"type": "text", "text": "Is it blue?"}, image])]
+
+
+def test_chat_model_reads_no_server_files_by_default(root, tmp_path, monkeypatch):
+    from mai_graph.langchain import MAIChatModel
+
+    monkeypatch.delenv("MAI_GRAPH_IMAGE_ROOTS", raising=False)
+    chat = MAIChatModel(small=demo_backends()[0], large=demo_backends()[1])
+    data = base64.b64encode(png_bytes()).decode()
+    assert chat.invoke(_image_message("data:image/png;base64," + data)).content
+    messages = set()
+    for source in (str(root / "in.png"), str(tmp_path / "none.png"), (root / "in.png").as_uri(),
+                   "/etc/passwd", "https://example.com/cat.png"):  # fmt: skip
+        with pytest.raises(ImageAccessError) as err:
+            chat.invoke(_image_message(source))
+        shown = source if len(source) <= 80 else source[:77] + "..."
+        messages.add(str(err.value).replace(shown, "<given>"))
+    assert len(messages) == 2  # one for every path; one for URLs (off)
+
+    allowed = MAIChatModel(
+        small=demo_backends()[0],
+        large=demo_backends()[1],
+        image_policy=ImagePolicy.untrusted(roots=[root]),
+    )
+    assert allowed.invoke(_image_message(str(root / "in.png"))).content
+
+
+def test_chat_graph_follows_the_environment(root, monkeypatch):
+    from mai_graph.langchain import create_mai_chat_graph
+
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_ROOTS", str(root))
+    graph = create_mai_chat_graph(*demo_backends()).compile()
+    out = graph.invoke({"messages": _image_message(str(root / "in.png"))})
+    assert out["messages"][-1].content
+    with pytest.raises(ImageAccessError):
+        graph.invoke({"messages": _image_message(str(root.parent / "out.png"))})
