@@ -182,18 +182,16 @@ def run_decode(logits, **request):
     return decode(logits, lambda token: logits, ask(**request), FakeTokenizer(), {0})
 
 
-def test_constrained_logprobs_are_the_models_own_probabilities():
+def test_constrained_logprobs_are_renormalized_over_the_allowed_answers():
+    """As vLLM reports them: the choice constraint is part of the distribution sampled from."""
     logits = fixed_logits()
-    model_logp = torch.log_softmax(logits, dim=-1)
     out = run_decode(logits, choices=("ab", "c", "hg"), logprobs=0)
     assert FakeTokenizer().decode(out.token_ids) in ("ab", "c", "hg")
-    expected = [float(model_logp[t]) for t in out.token_ids]
-    assert out.logprobs == pytest.approx(expected)
-    # Not renormalized over the allowed tokens: the answer's probability is the model's.
-    first = [1, 3, 8]
+    first = [1, 3, 8]  # the first tokens of the three choices
     renormalized = float(torch.log_softmax(logits[first], dim=-1)[first.index(out.token_ids[0])])
-    assert out.logprobs[0] < renormalized - 1e-3
-    assert math.exp(sum(out.logprobs)) < 1
+    assert out.logprobs[0] == pytest.approx(renormalized)
+    assert out.logprobs[0] > float(torch.log_softmax(logits, dim=-1)[out.token_ids[0]])
+    assert 0 < math.exp(sum(out.logprobs)) <= 1
 
 
 def test_logprobs_ignore_the_min_tokens_ban_on_end_of_turn():
@@ -375,7 +373,11 @@ async def s2_request(backend, picture, n=24):
 
 
 @pytest.mark.engine
-async def test_constrained_answer_logprobs_match_the_unconstrained_model(small, picture):
+async def test_constrained_answer_logprobs_match_the_model_renormalized_over_choices(
+    small, picture
+):
+    from mai_graph.backends.transformers.decode import ChoiceTrie
+
     choices = ("red", "blue", "green", "yellow")
     gen = await small.generate(ask(image=picture, max_tokens=4, choices=choices, logprobs=0))
     assert gen.text in choices and len(gen.logprobs) == len(gen.token_ids)
@@ -400,10 +402,15 @@ async def test_constrained_answer_logprobs_match_the_unconstrained_model(small, 
             .float()
         )
     n = inputs["input_ids"].shape[1]
-    logp = torch.log_softmax(logits[n - 1 : n - 1 + answer.shape[1]], dim=-1)
-    expected = [float(logp[i, t]) for i, t in enumerate(gen.token_ids)]
+    trie = ChoiceTrie(small.tokenizer, choices, [])
+    expected = []
+    for i, t in enumerate(gen.token_ids):
+        allowed = trie.next_tokens(list(gen.token_ids[:i]))
+        row = torch.full_like(logits[n - 1 + i], float("-inf"))
+        row[allowed] = logits[n - 1 + i][allowed]
+        expected.append(float(torch.log_softmax(row, dim=-1)[t]))
     assert gen.logprobs == pytest.approx(expected, abs=1e-4)
-    assert math.exp(sum(gen.logprobs)) < 0.5  # random weights spread mass over the vocabulary
+    assert 0 < math.exp(sum(gen.logprobs)) <= 1
 
 
 @pytest.mark.engine

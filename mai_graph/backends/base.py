@@ -9,6 +9,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
+from mai_graph.media import VideoRef
 from mai_graph.messages import Message
 
 __all__ = [
@@ -59,6 +60,9 @@ class GenerationRequest:
     """Constrain the output to exactly one of these strings (where the backend supports it)."""
     purpose: Purpose = "generate"
     """What the call is for; see :data:`Purpose`."""
+    affinity_key: str | None = None
+    """The same for every call of one run: load balancers in front of model replicas route on
+    it (consistent hashing), so a run's calls meet its prefix in one replica's cache."""
     request_id: str = field(default_factory=lambda: f"mai-{next(_ids)}")
 
     def __post_init__(self) -> None:
@@ -91,12 +95,22 @@ class GenerationRequest:
 
     @property
     def image(self) -> ImageRef | None:
-        """The request's image (MAI prompts carry at most one)."""
+        """The request's first image (None without images)."""
         for message in self.messages:
             for part in message["content"]:
                 if part["type"] == "image":
                     return part["image"]
         return None
+
+    @property
+    def images(self) -> list[ImageRef]:
+        """Every image of the request, in prompt order."""
+        return [p["image"] for m in self.messages for p in m["content"] if p["type"] == "image"]
+
+    @property
+    def videos(self) -> list[VideoRef]:
+        """Every video of the request, in prompt order."""
+        return [p["video"] for m in self.messages for p in m["content"] if p["type"] == "video"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +186,11 @@ class VocabularyBackend(Protocol):
 class LogprobsBackend(Protocol):
     """A backend whose generations carry ``logprobs`` when a request asks for them.
 
-    Each value is the log-probability of the generated token under the model's own
-    distribution, before any constraint (``choices``) narrowed it, so ``exp(sum(logprobs))``
-    of a short answer is the model's probability for that answer (the confidence gate).
+    Each value is the log-probability of the generated token under the distribution it was
+    drawn from, as vLLM reports it: a ``choices`` constraint is part of it (the odds are
+    renormalized over the allowed continuations), temperature and the ``min_tokens`` ban are
+    not. So ``exp(sum(logprobs))`` of a constrained short answer is the model's probability
+    for that answer among the allowed ones (the confidence gate).
     """
 
     supports_logprobs: Literal[True]

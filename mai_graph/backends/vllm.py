@@ -10,46 +10,113 @@ processor and prefix caches key on content.
 Two engines on one GPU: give each a share of memory, e.g. Qwen3-VL-2B with
 ``gpu_memory_utilization=0.25`` and -8B with ``0.6`` on an 80 GB card (the rest is headroom);
 on CPU the KV cache size is ``kv_cache_gib`` per engine.
+
+Faults: a prompt that does not fit the context (text plus image tokens) is refused before it is
+submitted. An engine whose core process dies fails its requests at once with a
+:class:`~mai_graph.errors.BackendError` naming the model; the next request starts a new engine,
+up to ``max_restarts`` times in :data:`RESTART_WINDOW_S`, after which requests fail fast with
+the same error until :meth:`VLLMBackend.shutdown`. Shutting down stops the engine core and its
+worker and waits up to :data:`ENGINE_EXIT_GRACE_S` for them to exit by themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import render, vocab_fingerprint
-from mai_graph.errors import BackendError, ConfigError
-from mai_graph.images import load_image
+from mai_graph.errors import BackendError, ConfigError, ImageError
+from mai_graph.images import ImageRef, load_image
+from mai_graph.limits import check_prompt_length
+from mai_graph.media import VideoRef, check_media_counts, check_mm_limits, video_input
 from mai_graph.loop import BackgroundLoop, on_caller_loop
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
-__all__ = ["ENGINE_LOOP", "VLLMBackend"]
+__all__ = ["ENGINE_EXIT_GRACE_S", "ENGINE_LOOP", "RESTART_WINDOW_S", "VLLMBackend"]
+
+log = logging.getLogger(__name__)
 
 require_extra("vllm", ("vllm", "torch", "transformers"), "vllm")
 
 ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
 """The loop every engine built by :class:`VLLMBackend` lives on."""
 
+ENGINE_EXIT_GRACE_S = 30.0
+"""Seconds a shut-down engine core (and its worker) may take to exit before it is killed.
+vLLM's default of 5 s is shorter than a loaded CPU machine needs to tear down two processes."""
+
+RESTART_WINDOW_S = 600.0
+"""Engine deaths are counted over this many seconds against ``max_restarts``."""
+
 _START_LOCK = threading.Lock()  # engines start one after the other
 
 
-async def _stop(engine: AsyncLLM) -> None:
-    # Stop the output handler first, so it does not report the engine's exit as a failure.
+async def _stop_output_handler(engine: AsyncLLM) -> None:
+    """Cancel the engine's output handler, so it does not report the engine's exit as a failure."""
     handler = getattr(engine, "output_handler", None)
     if handler is not None and not handler.done():
         handler.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await handler
-    engine.shutdown()
+
+
+def _close_client(engine: AsyncLLM) -> None:
+    """Close the engine client's ZMQ context (call on the engine's loop, after ``shutdown``).
+
+    vLLM closes the client's sockets but leaves the context to the garbage collector, which
+    warns about it.
+    """
+    resources = getattr(getattr(engine, "engine_core", None), "resources", None)
+    ctx = getattr(resources, "ctx", None)
+    if ctx is not None and not ctx.closed:
+        with contextlib.suppress(Exception):
+            ctx.destroy(linger=0)
+
+
+async def _aclose_client(engine: AsyncLLM) -> None:
+    _close_client(engine)
+
+
+def _engine_processes(engine: AsyncLLM) -> list[int]:
+    """Process ids of the engine's core process(es) and their children (the workers)."""
+    manager = getattr(getattr(engine, "engine_core", None), "resources", None)
+    manager = getattr(manager, "engine_manager", None)
+    pids = [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with vLLM
+        return pids
+    found = list(pids)
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    return found
+
+
+def _reap(pids: list[int], grace_s: float) -> None:
+    """Kill what is left of a dead engine's processes after ``grace_s`` (blocking)."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            log.warning("killing process %d left behind by a dead vLLM engine", proc.pid)
+            proc.kill()
 
 
 def _on_cpu() -> bool:
@@ -72,6 +139,13 @@ class VLLMBackend:
         enforce_eager: Skip graph capture / compilation (default: True on CPU, where it cuts
             start-up by a minute).
         seed: Engine seed.
+        max_restarts: How many times a dead engine is started again within
+            :data:`RESTART_WINDOW_S` (by the next request); beyond that, requests fail fast
+            until :meth:`shutdown`. 0: never restart.
+        limit_mm_per_prompt: Most images and videos one prompt may carry (vLLM plans memory
+            for them at start-up), default :data:`~mai_graph.media.DEFAULT_MM_LIMITS`; e.g.
+            ``{"image": 1, "video": 0}`` when questions carry one image. Requests over it are
+            refused before they reach the engine.
         **engine_kwargs: Passed through to ``vllm.AsyncEngineArgs``.
 
     Example:
@@ -79,7 +153,8 @@ class VLLMBackend:
     """
 
     supports_logprobs = True
-    """Generations carry logprobs when asked (vLLM's raw logprobs, before choice masking)."""
+    """Generations carry logprobs when asked (vLLM's default ``raw_logprobs``: after a choice
+    constraint's mask, before temperature and other logits processors)."""
 
     def __init__(
         self,
@@ -92,6 +167,8 @@ class VLLMBackend:
         block_size: int | None = None,
         enforce_eager: bool | None = None,
         seed: int = 0,
+        max_restarts: int = 2,
+        limit_mm_per_prompt: Mapping[str, int] | None = None,
         **engine_kwargs: Any,
     ) -> None:
         if not isinstance(model, str) or not model:
@@ -105,6 +182,15 @@ class VLLMBackend:
                 value=gpu_memory_utilization,
                 fix="give each engine a share, e.g. 0.25 for the small and 0.6 for the large",
             )
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ConfigError(
+                f"max_restarts must be an int >= 0, got {max_restarts!r}",
+                parameter="max_restarts",
+                value=max_restarts,
+                fix="pass 0 to fail fast after an engine dies, or a small number such as 2",
+            )
+        self.media_limits = check_mm_limits(limit_mm_per_prompt)
+        """Most items per prompt by modality (``image``, ``video``): ``limit_mm_per_prompt``."""
         self.model = model
         self.name = name or model
         self._options = dict(
@@ -124,6 +210,13 @@ class VLLMBackend:
         self._eos: set[int] = set()
         self._loop: BackgroundLoop | None = ENGINE_LOOP
         self._start_lock: asyncio.Lock | None = None
+        self._processor: Any = None
+        self._pids: list[int] = []
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        """How many times a dead engine was started again."""
+        self._deaths: list[float] = []
+        self._death: str | None = None
 
     @classmethod
     def from_engine(cls, engine: AsyncLLM, *, name: str | None = None) -> VLLMBackend:
@@ -150,7 +243,7 @@ class VLLMBackend:
             enforce_eager=cpu if o["enforce_eager"] is None else o["enforce_eager"],
             enable_prefix_caching=True,
             seed=o["seed"],
-            limit_mm_per_prompt={"image": 1, "video": 0},
+            limit_mm_per_prompt=dict(self.media_limits),
         )
         if o["gpu_memory_utilization"] is not None or cpu:
             kwargs["gpu_memory_utilization"] = o["gpu_memory_utilization"] or 0.05
@@ -194,14 +287,22 @@ class VLLMBackend:
             GenerationRequest(plain, max_tokens=8, min_tokens=8, logprobs=0, purpose="warmup")
         )
 
+    def _alive(self) -> bool:
+        engine = self._engine
+        return engine is not None and not getattr(engine, "errored", False)
+
     async def _start(self) -> None:
-        if self._engine is not None:
+        if self._alive():
             return
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
-            if self._engine is not None:
+            if self._alive():
                 return
+            if self._engine is not None:  # died between requests
+                self._discard(self._engine, "while idle")
+            if self._death is not None:
+                self._check_restart()
             from vllm.v1.engine.async_llm import AsyncLLM
 
             if _on_cpu():
@@ -219,7 +320,56 @@ class VLLMBackend:
                         fix="check the model path and the memory settings "
                         "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
                     ) from exc
+            self._pids = _engine_processes(self._engine)
+            if self._death is not None:
+                self.restarts += 1
+                log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
+                            self._death)  # fmt: skip
             self._bind_tokenizer()
+
+    def _check_restart(self) -> None:
+        """Raise the engine's death, if it died more than ``max_restarts`` times lately."""
+        now = time.monotonic()
+        self._deaths = [t for t in self._deaths if now - t < RESTART_WINDOW_S]
+        if len(self._deaths) > self.max_restarts:
+            raise BackendError(
+                f"{self.name}: the vLLM engine of {self.model!r} died ({self._death}) and is not "
+                f"started again: {len(self._deaths)} deaths in the last "
+                f"{RESTART_WINDOW_S:.0f} s, max_restarts={self.max_restarts}",
+                parameter="model",
+                value=self.model,
+                fix="find the cause in the engine's log (out of memory?), then call "
+                "backend.shutdown() and start it again",
+            )
+
+    def _discard(self, engine: AsyncLLM, when: str) -> None:
+        """Forget a dead engine: release its client, reap its processes, count the death."""
+        if self._engine is engine:
+            self._engine = None
+            self._death = f"engine core exited {when}"
+            self._deaths.append(time.monotonic())
+            log.error("%s: the vLLM engine of %r died %s", self.name, self.model, when)
+        pids, self._pids = self._pids, []
+        with contextlib.suppress(Exception):
+            engine.shutdown(timeout=0)
+        _close_client(engine)
+        if pids:
+            threading.Thread(target=_reap, args=(pids, 5.0), daemon=True).start()
+
+    def _dead_error(self, engine: AsyncLLM, request: GenerationRequest) -> BackendError:
+        self._discard(engine, f"during request {request.request_id}")
+        restart = (
+            "the next request starts a new engine"
+            if len(self._deaths) <= self.max_restarts
+            else "it is not started again (max_restarts reached); call backend.shutdown()"
+        )
+        return BackendError(
+            f"{self.name}: the vLLM engine of {self.model!r} died (its engine core process "
+            f"exited) during request {request.request_id}",
+            parameter="model",
+            value=self.model,
+            fix=f"{restart}; look for the cause in the engine's log (out of memory? killed?)",
+        )
 
     def _bind_tokenizer(self) -> None:
         from transformers import AutoProcessor
@@ -236,6 +386,7 @@ class VLLMBackend:
             )
         except (OSError, ValueError):
             processor = None
+        self._processor = processor
         self._template = processor if getattr(processor, "chat_template", None) else None
         eos = getattr(self._tokenizer, "eos_token_id", None)
         self._eos = {eos} if isinstance(eos, int) else set()
@@ -246,14 +397,31 @@ class VLLMBackend:
             self._eos.update(generation_eos)
 
     def shutdown(self) -> None:
-        """Stop the engine and free its memory (a later request starts it again)."""
+        """Stop the engine and free its memory and processes (a later request starts it again).
+
+        The output handler stops first (so the engine's exit is not reported as a failure),
+        then the engine core and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by
+        themselves; this thread waits for them, the engine loop keeps serving other engines.
+        Also clears the record of engine deaths (``max_restarts`` counts afresh).
+        """
         engine, self._engine = self._engine, None
+        self._deaths, self._death, self._pids = [], None, []
         if engine is None or not self._owns_engine:
             return
-        if self._loop is not None and not self._loop._in_loop():
-            self._loop.run(_stop(engine))
+        loop = self._loop
+        if loop is not None and not loop._in_loop():
+            loop.run(_stop_output_handler(engine))
+            engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
+            # vLLM closes the client's sockets on the engine loop (queued by shutdown); the
+            # context is closed after them, in turn.
+            loop.run(_aclose_client(engine))
         else:
-            engine.shutdown()
+            engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
+            _close_client(engine)
+
+    def engine_processes(self) -> list[int]:
+        """Process ids of the running engine's core process and its workers (empty if none)."""
+        return list(self._pids) if self._engine is not None else []
 
     @property
     def tokenizer(self) -> Any:
@@ -293,6 +461,24 @@ class VLLMBackend:
             return 0
         return int(self._engine.output_processor.get_num_unfinished_requests())
 
+    async def engine_idle(self) -> bool:
+        """Whether the engine core itself holds no request (asks the core process).
+
+        :meth:`running_requests` counts the front end's requests; this asks the scheduler, so
+        a request the front end forgot but the core still runs is caught too.
+        """
+
+        async def ask() -> bool:
+            if not self._alive():
+                return True
+            assert self._engine is not None
+            core = self._engine.engine_core
+            return not await core.call_utility_async("has_work")  # type: ignore[attr-defined]
+
+        if self._loop is None:
+            return await ask()
+        return await self._loop.arun(ask())
+
     # -- serving ---------------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -329,26 +515,78 @@ class VLLMBackend:
             structured_outputs=structured,
         )
 
+    def _image_tokens(self, image: ImageRef) -> int:
+        """Tokens the model's processor turns ``image`` into (0 if it cannot say).
+
+        Raises:
+            ImageError: The processor refuses the image's size (e.g. its aspect ratio).
+        """
+        counter = getattr(self._processor, "_get_num_multimodal_tokens", None)
+        if counter is None:
+            return 0
+        try:
+            counts = counter(image_sizes=[(image["height"], image["width"])])
+        except ValueError as exc:
+            raise ImageError(
+                f"{self.name}'s image processor refuses a {image['width']}x{image['height']} "
+                f"image: {exc}",
+                parameter="image",
+                value=f"{image['width']}x{image['height']}",
+                fix="crop or pad the image to a moderate aspect ratio, or resize it",
+            ) from exc
+        except Exception:  # noqa: BLE001 - a processor without token counting: the engine checks
+            return 0
+        tokens = getattr(counts, "num_image_tokens", None)
+        return int(tokens[0]) if tokens else 0
+
+    def _video_tokens(self, video: VideoRef) -> int:
+        """Tokens the model's processor turns ``video``'s sampled frames into (0: unknown)."""
+        counter = getattr(self._processor, "_get_num_multimodal_tokens", None)
+        if counter is None:
+            return 0
+        try:
+            size = (len(video["indices"]), video["height"], video["width"])
+            tokens = getattr(counter(video_sizes=[size]), "num_video_tokens", None)
+        except Exception:  # noqa: BLE001 - the engine checks what cannot be counted here
+            return 0
+        return int(tokens[0]) if tokens else 0
+
     def _prompt(self, request: GenerationRequest) -> dict[str, Any]:
         rendered = render(self._tokenizer, request.messages, self._eos, template=self._template)
+        assert self._engine is not None
+        # Each image is one placeholder token in the rendered ids; the engine expands it.
+        length = len(rendered.token_ids) + sum(self._image_tokens(r) - 1 for r in rendered.images)
+        length += sum(self._video_tokens(v) - 1 for v in rendered.videos)
+        max_len = int(self._engine.model_config.max_model_len)
+        check_prompt_length(self.name, length, max_len, purpose=request.purpose)
         prompt: dict[str, Any] = {"prompt_token_ids": rendered.token_ids}
-        if rendered.images:
-            prompt["multi_modal_data"] = {"image": [load_image(r) for r in rendered.images]}
-            prompt["multi_modal_uuids"] = {"image": [r["sha256"] for r in rendered.images]}
+        if rendered.images or rendered.videos:
+            check_media_counts(self.name, self.media_limits, rendered.images, rendered.videos)
+            data: dict[str, Any] = {}
+            uuids: dict[str, Any] = {}
+            if rendered.images:  # one uuid per item: the engine's caches key on content
+                data["image"] = [load_image(r) for r in rendered.images]
+                uuids["image"] = [r["sha256"] for r in rendered.images]
+            if rendered.videos:  # sampled frames + metadata (timestamps), as Qwen3-VL wants
+                data["video"] = [video_input(v) for v in rendered.videos]
+                uuids["video"] = [v["sha256"] for v in rendered.videos]
+            prompt["multi_modal_data"] = data
+            prompt["multi_modal_uuids"] = uuids
         return prompt
 
     async def _generate(
         self, request: GenerationRequest, on_text: TextCallback | None
     ) -> Generation:
         await self._start()
-        assert self._engine is not None
+        engine = self._engine
+        assert engine is not None
         params = self.sampling_params(request)
         prompt = self._prompt(request)
         start = time.perf_counter()
         ttft: float | None = None
         final = None
         try:
-            stream = self._engine.generate(prompt, params, request.request_id)  # type: ignore[arg-type]
+            stream = engine.generate(prompt, params, request.request_id)  # type: ignore[arg-type]
             sent = 0
             async for out in stream:
                 if ttft is None and out.outputs and out.outputs[0].token_ids:
@@ -360,16 +598,17 @@ class VLLMBackend:
                     sent = len(text)
         except asyncio.CancelledError:
             raise
-        except (ValueError, TypeError) as exc:
-            raise BackendError(
-                f"{self.name} refused request {request.request_id}: {exc}",
-                parameter="request",
-                fix="check the prompt length against max_model_len and the sampling options",
-            ) from exc
         except Exception as exc:
+            if getattr(engine, "errored", False):
+                raise self._dead_error(engine, request) from exc
+            if isinstance(exc, ValueError | TypeError):
+                raise BackendError(
+                    f"{self.name} refused request {request.request_id}: {exc}",
+                    parameter="request",
+                    fix="check the prompt length against max_model_len and the sampling options",
+                ) from exc
             raise BackendError(
-                f"{self.name} failed on request {request.request_id}: {exc}",
-                transient=not getattr(self._engine, "errored", False),
+                f"{self.name} failed on request {request.request_id}: {exc}", transient=True
             ) from exc
         latency = time.perf_counter() - start
         if final is None or not final.outputs:

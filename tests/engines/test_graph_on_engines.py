@@ -176,3 +176,29 @@ async def test_streamed_text_equals_the_result(engines):
     await asyncio.sleep(0.1)  # deltas from another thread land on this loop
     assert len(pieces) > 1
     assert "".join(pieces) == gen.text
+
+
+async def test_answer_probabilities_are_real_and_recorded_per_call(engines, scene):
+    """The confidence gate's inputs on real engines: each answer call's probability in [0, 1]."""
+    _, small, large = engines
+    result, _, _ = await steered_run(small, large, "transfer", scene)
+    assert result.route == "transfer"
+    for m in result.metrics:
+        if m["node"] == "reason":
+            assert m["answer_prob"] is None
+        else:
+            assert 0.0 <= m["answer_prob"] <= 1.0, m
+    assert result.small_prob == result.metrics[0]["answer_prob"]
+    # Steering narrows each answer to one allowed string: its probability among the allowed
+    # answers is 1 on both engines (the constraint is part of the distribution).
+    assert result.small_prob == pytest.approx(1.0) and result.large_prob == pytest.approx(1.0)
+    sure, _, _ = await steered_run(
+        small, large, "agree", scene, gate="agree_confident", gate_min_prob=0.99
+    )
+    assert sure.route == "agree"
+    # Unsteered, the four option letters compete: a real probability strictly inside (0, 1].
+    free = await arun(
+        QUESTION, str(scene), options=OPTIONS, small=small, large=large, context=ctx(policy="large")
+    )
+    assert 0.0 < free.large_prob <= 1.0
+    assert free.metrics[0]["answer_prob"] == free.large_prob

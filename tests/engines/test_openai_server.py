@@ -95,6 +95,17 @@ async def test_choices_logprobs_and_token_ids(server, scene):
         )
     )  # fmt: skip
     assert pick.text in ("yes", "no")
+    # an answer probability the confidence gate can read (the sampled token's logprob, free)
+    short = await backend(url).generate(
+        GenerationRequest(
+            ({"role": "user", "content": [{"type": "text", "text": "Pick one."}]},),
+            max_tokens=4, choices=("yes", "no"), logprobs=0, purpose="short",
+        )
+    )  # fmt: skip
+    assert short.logprobs is not None and len(short.logprobs) == short.generated_tokens
+    from mai_graph.nodes._common import answer_probability
+
+    assert 0.0 <= answer_probability(short) <= 1.0
 
 
 async def test_cancel_aborts_the_server_request(server):

@@ -114,8 +114,9 @@ class Decoded:
 
     token_ids: list[int]
     logprobs: list[float] | None
-    """Log-probability of each token under the model's own distribution (before ``min_tokens``
-    and ``choices`` masked it, before temperature), when the request asked for logprobs."""
+    """Log-probability of each token under the distribution it was drawn from, as vLLM reports
+    it: after ``choices`` narrowed it (renormalized over the allowed continuations), before the
+    ``min_tokens`` end-of-turn ban and before temperature; when the request asked for logprobs."""
     finish_reason: FinishReason
     first_token_at: float | None
     """``time.perf_counter()`` when the first token was chosen."""
@@ -164,14 +165,14 @@ def decode(
             finish = "abort"
             break
         logits = logits.float()
+        if trie is not None:
+            mask = torch.full_like(logits, float("-inf"))
+            mask[trie.next_tokens(out)] = 0
+            logits = logits + mask
         masked = logits
         if i < request.min_tokens and eos_ids:
             masked = masked.clone()
             masked[eos_ids] = float("-inf")
-        if trie is not None:
-            mask = torch.full_like(masked, float("-inf"))
-            mask[trie.next_tokens(out)] = 0
-            masked = masked + mask
         if generator is not None:
             probs = torch.softmax(masked / request.temperature, dim=-1)
             token = int(torch.multinomial(probs, 1, generator=generator))
@@ -181,7 +182,8 @@ def decode(
             first_token_at = time.perf_counter()
         out.append(token)
         if want_logprobs:
-            # The model's own distribution: the constraints above chose the token, not its odds.
+            # The choice constraint is part of the distribution (as in vLLM); the min_tokens ban
+            # only delays the end of turn, so it does not change the reported odds.
             logprobs.append(float(torch.log_softmax(logits, dim=-1)[token]))
         if token in eos_set and i >= request.min_tokens:
             finish = "stop"
