@@ -9,10 +9,16 @@ server aborts the request.
 
 Over HTTP the S2 turn re-sends the reasoning as text (an API cannot splice token ids); the
 server's prefix cache still serves the CoT prompt, and usually most of the reasoning.
+
+Faults: a server that is down, drops the connection mid-stream, or does not finish a request
+within ``timeout_s`` gives a transient :class:`~mai_graph.errors.BackendError` naming the model
+(the graph's retry policy may try again); a server that refuses the request gives a
+non-transient one with its status and message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import time
@@ -27,7 +33,10 @@ from mai_graph.messages import Message
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-__all__ = ["OpenAIBackend"]
+__all__ = ["DEFAULT_TIMEOUT_S", "OpenAIBackend"]
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Longest a request may take, first byte to last token (the OpenAI client's own default)."""
 
 require_extra("openai", ("openai",), "openai")
 
@@ -71,6 +80,9 @@ class OpenAIBackend:
         name: Name in metrics (default: ``model``).
         vllm_extras: Send vLLM's request options (``min_tokens``, ``structured_outputs``,
             ``return_token_ids``); turn off for servers that refuse unknown fields.
+        timeout_s: Longest a request may take, connection to last token; then it is
+            cancelled (the server aborts it) and fails with a transient ``BackendError``.
+            ``None``: only the client's own timeouts apply.
     """
 
     supports_logprobs = True
@@ -83,11 +95,20 @@ class OpenAIBackend:
         *,
         name: str | None = None,
         vllm_extras: bool = True,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigError(
                 f"model must be the served model name, got {model!r}", parameter="model"
             )
+        if timeout_s is not None and not (isinstance(timeout_s, int | float) and timeout_s > 0):
+            raise ConfigError(
+                f"timeout_s must be > 0 seconds or None, got {timeout_s!r}",
+                parameter="timeout_s",
+                value=timeout_s,
+                fix="give the longest a request may take, e.g. 120",
+            )
+        self.timeout_s = timeout_s
         self.client = client
         self.model = model
         self.name = name or model
@@ -95,12 +116,25 @@ class OpenAIBackend:
 
     @classmethod
     def from_url(
-        cls, base_url: str, model: str, *, api_key: str = "EMPTY", **kwargs: Any
+        cls,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "EMPTY",
+        connect_timeout_s: float = 5.0,
+        **kwargs: Any,
     ) -> OpenAIBackend:
-        """A backend for the server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``)."""
-        from openai import AsyncOpenAI
+        """A backend for the server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``).
 
-        return cls(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0), model, **kwargs)
+        The client makes no retries of its own (the graph's retry policy decides), gives up
+        connecting after ``connect_timeout_s`` and waits at most ``timeout_s`` for any byte.
+        """
+        from openai import AsyncOpenAI, Timeout
+
+        total = kwargs.get("timeout_s", DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S
+        timeout = Timeout(total, connect=connect_timeout_s)
+        client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
+        return cls(client, model, **kwargs)
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         """The chat completion request for ``request`` (streamed, with usage)."""
@@ -146,6 +180,22 @@ class OpenAIBackend:
         self, request: GenerationRequest, on_text: TextCallback | None
     ) -> Generation:
         """Serve one request, calling ``on_text`` with each text delta."""
+        if self.timeout_s is None:
+            return await self._stream(request, on_text)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._stream(request, on_text)
+        except TimeoutError as exc:
+            raise BackendError(
+                f"{self.name}: request {request.request_id} did not finish within "
+                f"timeout_s={self.timeout_s:g} s (cancelled; the server aborts it)",
+                transient=True,
+                parameter="timeout_s",
+                value=self.timeout_s,
+                fix="check the server's load, lower the token budgets, or raise timeout_s",
+            ) from exc
+
+    async def _stream(self, request: GenerationRequest, on_text: TextCallback | None) -> Generation:
         import openai
 
         body = self.body(request)
@@ -157,9 +207,11 @@ class OpenAIBackend:
         pieces: list[str] = []
         finish = "stop"
         usage = None
+        chunks = 0
         try:
             stream = await self.client.chat.completions.create(**body)
             async for chunk in stream:
+                chunks += 1
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for choice in chunk.choices:
@@ -181,10 +233,18 @@ class OpenAIBackend:
                     if choice.finish_reason:
                         finish = choice.finish_reason
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
+            if not chunks:
+                raise BackendError(
+                    f"{self.name}: server unreachable or busy: {exc}",
+                    transient=True,
+                    fix="check that the server is up (GET /health) and not overloaded",
+                ) from exc
             raise BackendError(
-                f"{self.name}: server unreachable or busy: {exc}",
+                f"{self.name}: the connection to the server broke during request "
+                f"{request.request_id}, {time.perf_counter() - start:.1f} s into the stream: "
+                f"{exc}",
                 transient=True,
-                fix="check that the server is up (GET /health) and not overloaded",
+                fix="check that the server is up (GET /health); it may have been restarted",
             ) from exc
         except openai.APIStatusError as exc:
             raise BackendError(
@@ -192,6 +252,12 @@ class OpenAIBackend:
                 f"({exc.status_code}): {exc.message}",
                 transient=exc.status_code >= 500,
                 parameter="request",
+            ) from exc
+        except openai.APIError as exc:  # an error event inside the stream
+            raise BackendError(
+                f"{self.name}: the server failed request {request.request_id}: {exc.message}",
+                parameter="request",
+                fix="look for the cause in the server's log",
             ) from exc
         if usage is None:
             raise BackendError(

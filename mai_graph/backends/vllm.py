@@ -344,11 +344,12 @@ class VLLMBackend:
 
     def _discard(self, engine: AsyncLLM, when: str) -> None:
         """Forget a dead engine: release its client, reap its processes, count the death."""
-        if self._engine is engine:
-            self._engine = None
-            self._death = f"engine core exited {when}"
-            self._deaths.append(time.monotonic())
-            log.error("%s: the vLLM engine of %r died %s", self.name, self.model, when)
+        if self._engine is not engine:
+            return  # already discarded (another request saw the same death)
+        self._engine = None
+        self._death = f"engine core exited {when}"
+        self._deaths.append(time.monotonic())
+        log.error("%s: the vLLM engine of %r died %s", self.name, self.model, when)
         pids, self._pids = self._pids, []
         with contextlib.suppress(Exception):
             engine.shutdown(timeout=0)
