@@ -57,8 +57,8 @@ def studio_images(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("studio-images")
     (base / "allowed").mkdir()
-    Image.new("RGB", (40, 30), (20, 160, 30)).save(base / "allowed" / "green.png")
-    Image.new("RGB", (40, 30), (20, 160, 30)).save(base / "private.png")
+    Image.new("RGB", (64, 48), (20, 160, 30)).save(base / "allowed" / "green.png")
+    Image.new("RGB", (64, 48), (20, 160, 30)).save(base / "private.png")
     return base
 
 
@@ -100,7 +100,7 @@ def assistant_id(client):
 def test_studio_api_serves_the_graph(client, assistant_id):
     schemas = client.assistants.get_schemas(assistant_id)
     props = schemas["input_schema"]["properties"]
-    assert set(props) == {"question", "image", "options"}
+    assert {"question", "image", "options"} <= set(props)
     assert "data URL" in props["image"]["description"] and "base64" in props["image"]["description"]
     assert "route" in schemas["output_schema"]["properties"]
     context = schemas["context_schema"]["properties"]
@@ -144,7 +144,7 @@ def test_studio_images_inline_or_under_the_allowed_roots(client, assistant_id, s
     by_path, err = _image_run(client, assistant_id, str(studio_images / "allowed" / "green.png"))
     assert err is None, err
     assert by_url["sha256"] == by_b64["sha256"] == by_path["sha256"]
-    assert (by_url["width"], by_url["height"]) == (40, 30)
+    assert (by_url["width"], by_url["height"]) == (64, 48)
 
 
 @pytest.mark.server
@@ -166,3 +166,12 @@ def test_studio_refuses_server_paths_without_an_existence_oracle(
         messages.add(err["message"].replace(source, "<given>"))
     assert len(messages) == 1, messages
     assert "not found" not in messages.pop()
+
+    # The chat graph reads images off messages under the same policy.
+    (chat,) = client.assistants.search(graph_id="mai_chat")
+    for source in refused[:2]:
+        image = {"type": "image_url", "image_url": {"url": source}}
+        message = {"role": "user", "content": [{"type": "text", "text": "Green?"}, image]}
+        out = client.runs.wait(None, chat["assistant_id"], input={"messages": [message]},
+                               raise_error=False)  # fmt: skip
+        assert out["__error__"]["error"] == "ImageAccessError", out
