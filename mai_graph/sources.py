@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -406,7 +407,8 @@ def fetch_image(url: str, policy: ImagePolicy) -> bytes:
     Connects to the address it checked (no second DNS lookup), follows up to
     :data:`MAX_REDIRECTS` redirects (each checked again), and needs status 200, an ``image/*``
     content type and at most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`) within
-    ``timeout_s``. Proxy settings are not used.
+    ``timeout_s`` (a watchdog cuts the connection at the deadline, however slowly the server
+    sends). Proxy settings are not used.
 
     Raises:
         ImageAccessError: URLs are off, or the host is not public.
@@ -437,8 +439,13 @@ def fetch_image(url: str, policy: ImagePolicy) -> bytes:
         address = _address(parts.hostname, port, url, policy)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn: http.client.HTTPConnection | None = None
+        sock: socket.socket | None = None
+        watchdog: threading.Timer | None = None
         try:
             sock = socket.create_connection((address, port), _remaining(deadline, url, policy))
+            watchdog = threading.Timer(_remaining(deadline, url, policy), _cut, (sock,))
+            watchdog.daemon = True
+            watchdog.start()
             if parts.scheme == "https":
                 tls = ssl.create_default_context()
                 sock = tls.wrap_socket(sock, server_hostname=parts.hostname)
@@ -454,9 +461,11 @@ def fetch_image(url: str, policy: ImagePolicy) -> bytes:
             if resp.status in (301, 302, 303, 307, 308) and location:
                 url = urljoin(url, location)
                 continue
-            return _body(resp, url, limit, deadline, policy)
+            data = _body(resp, url, limit)
+            _remaining(deadline, url, policy)  # cut off by the watchdog: the body is partial
+            return data
         except (OSError, http.client.HTTPException) as exc:
-            if isinstance(exc, TimeoutError):
+            if isinstance(exc, TimeoutError) or time.monotonic() >= deadline:
                 raise _too_slow(url, policy) from exc
             raise ImageError(
                 f"cannot fetch image URL {_shown(url)}: {exc}",
@@ -465,8 +474,12 @@ def fetch_image(url: str, policy: ImagePolicy) -> bytes:
                 fix="check the URL, or send the image as a data URL",
             ) from exc
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if conn is not None:
                 conn.close()
+            if sock is not None:
+                sock.close()
     raise ImageError(
         f"image URL {_shown(url)} redirected more than {MAX_REDIRECTS} times",
         parameter="image",
@@ -474,13 +487,15 @@ def fetch_image(url: str, policy: ImagePolicy) -> bytes:
     )
 
 
-def _body(
-    resp: http.client.HTTPResponse,
-    url: str,
-    limit: int,
-    deadline: float,
-    policy: ImagePolicy,
-) -> bytes:
+def _cut(sock: socket.socket) -> None:
+    """End a fetch that ran out of time (its pending read returns at once)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _body(resp: http.client.HTTPResponse, url: str, limit: int) -> bytes:
     shown = _shown(url)
     if resp.status != 200:
         raise ImageError(
@@ -503,14 +518,13 @@ def _body(
         )
     chunks: list[bytes] = []
     size = 0
-    while chunk := resp.read(min(65536, limit + 1 - size)):
+    while chunk := resp.read1(min(65536, limit + 1 - size)):
         size += len(chunk)
         if size > limit:
             raise ImageError(
                 f"image URL {shown} sent more than {limit:,} bytes", parameter="image", value=shown
             )
         chunks.append(chunk)
-        _remaining(deadline, url, policy)  # each read waits at most the time left at the start
     if not size:
         raise ImageError(f"image URL {shown} sent no bytes", parameter="image", value=shown)
     return b"".join(chunks)
