@@ -235,7 +235,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for k, v in headers.items():
             self.send_header(k, v.replace("{port}", str(self.server.server_port)))
         self.end_headers()
-        if body:
+        if self.path == "/drip":  # a slow sender: one byte at a time
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(0.05)
+        elif body:
             self.wfile.write(body)
 
     def log_message(self, *args):
@@ -251,6 +256,7 @@ def image_server():
         "/page": (200, {"Content-Type": "text/html"}, b"<html></html>", 0),
         "/big": (200, {"Content-Type": "image/png"}, data + b"\0" * 5000, 0),
         "/slow": (200, {"Content-Type": "image/png"}, data, 0.6),
+        "/drip": (200, {"Content-Type": "image/png"}, data, 0),
         "/moved": (302, {"Location": "/cat.png", "Content-Length": "0"}, b"", 0),
         "/away": (302, {"Location": "http://127.0.0.2:{port}/cat.png", "Content-Length": "0"},
                   b"", 0),
@@ -296,8 +302,11 @@ def test_url_fetch_with_caps(image_server):
         with pytest.raises(ImageError, match=match):
             resolve_image(f"{image_server}{path}", policy)
     hurried = ImagePolicy.untrusted(allow_urls=True, allow_private_addresses=True, timeout_s=0.2)
-    with pytest.raises(ImageError, match="longer than 0.2 s"):
-        resolve_image(f"{image_server}/slow", hurried)
+    for path in ("/slow", "/drip"):  # late headers, or a body that never quite stops
+        start = time.monotonic()
+        with pytest.raises(ImageError, match="longer than 0.2 s"):
+            resolve_image(f"{image_server}{path}", hurried)
+        assert time.monotonic() - start < 0.5
 
 
 def test_redirects_are_checked_again(image_server, monkeypatch):
