@@ -19,6 +19,7 @@ article "a" and the pronoun "I" are not letters when a word follows ("a dog", "I
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -186,6 +187,15 @@ def _from_statements(text: str, opts: _Options) -> str | None:
     return None
 
 
+_BARE_LETTER = re.compile(r"\s*\(?([A-Za-z])\)?[.:]?\s*")
+
+
+@functools.lru_cache(maxsize=256)
+def _options_of(items: tuple[tuple[str, str], ...] | None) -> _Options:
+    """The matcher of one question's options, built once per distinct option set."""
+    return _Options(dict(items) if items is not None else None)
+
+
 def read_choice(text: str, opts: dict[str, str] | None) -> str:
     """The option letter a prepared answer text states, or UNKNOWN.
 
@@ -196,7 +206,10 @@ def read_choice(text: str, opts: dict[str, str] | None) -> str:
     >>> read_choice("a dog", {"A": "a cat", "B": "a dog"}), read_choice("A or B", None)
     ('B', '<unknown>')
     """
-    options = _Options(opts)
+    options = _options_of(tuple(opts.items()) if opts else None)
+    bare = _BARE_LETTER.fullmatch(text)  # the common case: the letter alone ("B", "(b)", "C.")
+    if bare is not None and bare.group(1).upper() in options.letters:
+        return bare.group(1).upper()
     lead = _letter_at(text, 0, options)
     if options.texts and lead is None:
         exact = options.exact(text)
