@@ -9,6 +9,7 @@ their prefixes by construction.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from mai_graph.state import Request
 
 __all__ = [
     "Question",
+    "affinity_key",
     "answer_request",
     "cot_request",
     "s2_request",
@@ -78,6 +80,22 @@ class Question:
         return None
 
 
+def affinity_key(q: Question) -> str:
+    """The run's routing key for load balancers: a digest of its image and question.
+
+    Every call of a run carries it (their prompts share the image + question prefix), and so
+    does a later run of the same question on the same image, whose prompts start the same.
+
+    >>> affinity_key(Question("Which colour?", None, None, "text"))
+    'mai-d3c2ba8a21fcfc0d279edf29'
+    """
+    digest = hashlib.sha256((q.image["sha256"] if q.image else "").encode())
+    digest.update(b"\0" + q.text.encode())
+    for letter, text in (q.options or {}).items():
+        digest.update(f"\0{letter}\0{text}".encode())
+    return "mai-" + digest.hexdigest()[:24]
+
+
 def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
     """A short answer (verification and the short baselines); logprobs give its probability."""
     return GenerationRequest(
@@ -88,6 +106,7 @@ def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
         seed=ctx.seed,
         logprobs=0,
         purpose="short",
+        affinity_key=affinity_key(q),
     )
 
 
@@ -101,6 +120,7 @@ def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
         seed=ctx.seed,
         logprobs=0,
         purpose="cot",
+        affinity_key=affinity_key(q),
     )
 
 
@@ -120,6 +140,7 @@ def s2_request(
         seed=ctx.seed,
         logprobs=0,
         purpose="s2",
+        affinity_key=affinity_key(q),
     )
 
 
@@ -137,4 +158,5 @@ def answer_request(
         seed=ctx.seed,
         logprobs=0,
         purpose="answer",
+        affinity_key=affinity_key(q),
     )

@@ -38,6 +38,9 @@ __all__ = ["DEFAULT_TIMEOUT_S", "OpenAIBackend"]
 DEFAULT_TIMEOUT_S = 600.0
 """Longest a request may take, first byte to last token (the OpenAI client's own default)."""
 
+AFFINITY_HEADER = "X-Session-ID"
+"""The header ``vllm-router``'s ``consistent_hash`` policy reads first for its routing key."""
+
 require_extra("openai", ("openai",), "openai")
 
 
@@ -83,6 +86,10 @@ class OpenAIBackend:
         timeout_s: Longest a request may take, connection to last token; then it is
             cancelled (the server aborts it) and fails with a transient ``BackendError``.
             ``None``: only the client's own timeouts apply.
+        affinity_header: The HTTP header that carries a request's ``affinity_key`` (one
+            per run), so a load balancer in front of several replicas (``vllm-router
+            --policy consistent_hash``) sends a run's calls to one replica and its prefix
+            cache; ``None`` sends none. Servers ignore it.
     """
 
     supports_logprobs = True
@@ -96,6 +103,7 @@ class OpenAIBackend:
         name: str | None = None,
         vllm_extras: bool = True,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        affinity_header: str | None = AFFINITY_HEADER,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigError(
@@ -113,6 +121,7 @@ class OpenAIBackend:
         self.model = model
         self.name = name or model
         self.vllm_extras = vllm_extras
+        self.affinity_header = affinity_header
 
     @classmethod
     def from_url(
@@ -122,18 +131,24 @@ class OpenAIBackend:
         *,
         api_key: str = "EMPTY",
         connect_timeout_s: float = 5.0,
+        max_retries: int = 0,
         **kwargs: Any,
     ) -> OpenAIBackend:
         """A backend for the server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``).
 
-        The client makes no retries of its own (the graph's retry policy decides), gives up
-        connecting after ``connect_timeout_s`` and waits at most ``timeout_s`` for any byte.
+        The client gives up connecting after ``connect_timeout_s`` and waits at most
+        ``timeout_s`` for any byte. It sends a request again up to ``max_retries`` times
+        (default none: the graph's retry policy decides) when it failed before its stream
+        started: connection errors, timeouts, 408 / 409 / 429 and 5xx answers, with
+        exponential back-off that honours ``Retry-After``. A stream that broke is not resent.
         """
         from openai import AsyncOpenAI, Timeout
 
         total = kwargs.get("timeout_s", DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S
         timeout = Timeout(total, connect=connect_timeout_s)
-        client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
+        client = AsyncOpenAI(
+            base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout
+        )
         return cls(client, model, **kwargs)
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
@@ -170,6 +185,8 @@ class OpenAIBackend:
                 "(constrain_choices=False in the context)",
             )
         body["extra_body"] = extra
+        if request.affinity_key and self.affinity_header:
+            body["extra_headers"] = {self.affinity_header: request.affinity_key}
         return body
 
     async def generate(self, request: GenerationRequest) -> Generation:
