@@ -63,9 +63,6 @@ class GenerationRequest:
     affinity_key: str | None = None
     """The same for every call of one run: load balancers in front of model replicas route on
     it (consistent hashing), so a run's calls meet its prefix in one replica's cache."""
-    affinity_key: str | None = None
-    """The same for every call of one run: load balancers in front of model replicas route on
-    it (consistent hashing), so a run's calls meet its prefix in one replica's cache."""
     request_id: str = field(default_factory=lambda: f"mai-{next(_ids)}")
 
     def __post_init__(self) -> None:
