@@ -1,4 +1,4 @@
-"""The ``mai-graph`` command: run, demo, build-tiny, diagram."""
+"""The ``mai-graph`` command: run, serve, demo, build-tiny, diagram."""
 
 from __future__ import annotations
 
@@ -104,10 +104,59 @@ def _options(args: argparse.Namespace) -> Any:
         ) from None
 
 
-def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
-    from mai_graph.backends.select import backends_for
+def _add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """The model flags of ``run`` and ``serve``: one kind for both, or one per model."""
+    p.add_argument(
+        "--backend",
+        default="fake",
+        choices=list(BACKENDS),
+        help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
+        "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
+        "(vllm serve, vllm-router; --small/--large are the served model names)",
+    )
+    p.add_argument("--small", help="small model: checkpoint path, hub id or served name")
+    p.add_argument("--large", help="large model: checkpoint path, hub id or served name")
+    for role, port in (("small", 8000), ("large", 8001)):
+        p.add_argument(
+            f"--{role}-backend",
+            choices=list(BACKENDS),
+            help=f"the {role} model's kind, overriding --backend (mixed deployments)",
+        )
+        p.add_argument(
+            f"--{role}-url",
+            help=f"the {role} model's server (a vllm serve or vllm-router base URL, e.g. "
+            f"http://10.0.0.5:{port}/v1); makes it remote. Its API key: "
+            f"MAI_GRAPH_{role.upper()}_API_KEY (default with --backend openai: "
+            f"http://127.0.0.1:{port}/v1)",
+        )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="remote models: longest a request may take",
+    )
+    p.add_argument(
+        "--request-retries",
+        type=int,
+        metavar="N",
+        help="remote models: resend a request that failed before its answer started "
+        "(connection error, 429, 5xx) up to N times (default 2)",
+    )
 
-    return backends_for(args.backend, args.small, args.large, urls=(args.small_url, args.large_url))
+
+def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
+    from mai_graph.backends.select import api_keys_from_env, backends_for
+
+    return backends_for(
+        args.backend,
+        args.small,
+        args.large,
+        urls=(args.small_url, args.large_url),
+        kinds=(args.small_backend, args.large_backend),
+        api_keys=api_keys_from_env(),
+        timeout_s=args.request_timeout,
+        retries=args.request_retries,
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -119,9 +168,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> Any:
         try:
+            images = args.image or []
             return await arun(
-                args.question, args.image, small=small, large=large,
-                options=_options(args), context=ctx,
+                args.question, images[0] if images else None, small=small, large=large,
+                images=images[1:] or None, video=args.video, options=_options(args), context=ctx,
             )  # fmt: skip
         finally:
             shutdown_backends(small, large)
@@ -129,6 +179,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = asyncio.run(go())
     print(json.dumps(result.to_dict(), indent=1) if args.json else result.format())
     return EXIT_OK
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from mai_graph.serve import run_server
+
+    return run_server(args, _context(args), _backends(args))
 
 
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
@@ -180,7 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("question", help="the question text")
-    run.add_argument("--image", help="image file (PNG, JPEG, ...)")
+    run.add_argument(
+        "--image",
+        action="append",
+        help="image file (PNG, JPEG, ...); repeat for several, in the order the models see them",
+    )
+    run.add_argument(
+        "--video",
+        help="video file (MP4, WebM, GIF, ...); frames sampled by --set video_fps=N / max_frames=N",
+    )
     choice = run.add_mutually_exclusive_group()
     choice.add_argument(
         "--option", action="append", help="a multiple-choice option, lettered in order (repeat)"
@@ -191,21 +255,55 @@ def build_parser() -> argparse.ArgumentParser:
         help='the options as JSON: a letter -> text object (\'{"A": "cat", "B": "dog"}\', '
         "letters kept) or a list of texts",
     )
-    run.add_argument(
-        "--backend",
-        default="fake",
-        choices=list(BACKENDS),
-        help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
-        "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
-        "(vllm serve; --small/--large are the served model names)",
-    )
-    run.add_argument("--small", help="small model: checkpoint path or hub id")
-    run.add_argument("--large", help="large model: checkpoint path or hub id")
-    run.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
-    run.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
+    _add_backend_flags(run)
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_context_flags(run)
     run.set_defaults(func=_cmd_run)
+
+    serve = sub.add_parser(
+        "serve",
+        help="answer OpenAI chat completions requests with MAI (an HTTP endpoint)",
+        description=textwrap.dedent(
+            """\
+            Serves POST /v1/chat/completions (streaming too) and GET /v1/models, so any
+            OpenAI client can ask MAI: the last user message is the question, its image_url
+            part the image. MAI settings go in the request's "mai" field; the response's
+            "mai" field holds the route and per-call metrics. Requests need
+            "Authorization: Bearer KEY" when a key is set (MAI_GRAPH_SERVE_API_KEY, several
+            separated by commas); without one the server only listens on loopback. Images
+            follow MAI_GRAPH_IMAGE_ROOTS / MAI_GRAPH_IMAGE_URLS (docs/security.md). The
+            settings flags set every run's defaults.
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_backend_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
+    serve.add_argument("--model-name", default="mai", help="the model id clients send")
+    serve.add_argument(
+        "--max-concurrency", type=int, default=64, help="runs in flight at once (others wait)"
+    )
+    serve.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="file holding the accepted API keys, one a line (instead of "
+        "MAI_GRAPH_SERVE_API_KEY; keeps keys out of the process list)",
+    )
+    serve.add_argument(
+        "--allow-setting",
+        action="append",
+        metavar="FIELD",
+        help="a MAI setting requests may change (repeatable; default: all)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="the HTTP server's log level",
+    )
+    _add_context_flags(serve)
+    serve.set_defaults(func=_cmd_serve)
 
     demo = sub.add_parser(
         "demo",
@@ -234,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mai_graph.eval.cli import register as register_eval  # eval, calibrate, synth-data
 
     register_eval(sub)
+    from mai_graph.profile import register as register_profile  # profile (latency model)
+
+    register_profile(sub)
     for command in sub.choices.values():  # `mai-graph demo -v` works as well as `-v demo`
         command.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above"

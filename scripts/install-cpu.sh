@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${MAI_VENV:-$here/.venv}
 python=${PYTHON:-python3}
-extras=${MAI_EXTRAS:-cpu,openai,studio,eval,dev}
+extras=${MAI_EXTRAS:-cpu,openai,studio,eval,serve,dev}
 
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"

@@ -45,3 +45,28 @@ def serving(cmd: list[str], health_url: str, log_path: Path, *, env=None, cwd=No
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@contextlib.contextmanager
+def serving_app(app) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on a free loopback port, in a thread; yields its URL."""
+    import threading
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)

@@ -1,0 +1,837 @@
+"""An OpenAI-compatible chat completions endpoint that answers with MAI (``mai-graph serve``).
+
+Any OpenAI client (the ``openai`` package, LangChain's ``ChatOpenAI``, curl) sends its
+question, with the image as an ``image_url`` content part, to ``POST /v1/chat/completions``;
+MAI answers it with the small and large model. What differs from a plain model:
+
+- The last user message is the question (its text parts joined, its image part the image);
+  earlier turns and system messages are not read (MAI has its own prompts).
+- ``usage`` counts every model call of the run (prompt, cached and generated tokens); the
+  ``mai`` field of the response (streamed: of the last chunk with ``finish_reason``) holds the
+  route, the canonical answer, each model's short answer and one metrics record per call.
+- MAI settings travel in the request's ``mai`` field (``extra_body={"mai": {...}}`` in the
+  ``openai`` client): any :class:`~mai_graph.context.MAIContext` field, plus ``options`` for a
+  multiple-choice question. Unknown settings are refused with 400 naming the key.
+  ``temperature`` and ``seed`` set the context's; ``max_tokens`` (or
+  ``max_completion_tokens``) bounds the answer (``short_max_tokens``).
+- Refused with 400: ``n`` > 1, ``stop``, ``tools``, ``logprobs``, ``response_format`` other
+  than text, several images. Other OpenAI fields are accepted and ignored.
+
+Images come from others, so they pass :class:`~mai_graph.sources.ImagePolicy` (default
+:meth:`~mai_graph.sources.ImagePolicy.from_env`: data URLs and base64; files only under
+``MAI_GRAPH_IMAGE_ROOTS``; http(s) only with ``MAI_GRAPH_IMAGE_URLS=1``) before a run starts,
+so a refused image is a 400 in streaming mode too. Requests carry ``Authorization: Bearer KEY``
+when the app has keys (compared in constant time). Every run shares the app's backends, so
+concurrent requests are batched by the engines; ``max_concurrency`` bounds the runs in flight
+(the rest wait their turn).
+
+Needs the ``serve`` extra (Starlette and uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from mai_graph.answers import normalize_options
+from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.context import MAIContext
+from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
+from mai_graph.graph import create_mai_graph
+from mai_graph.result import totals
+from mai_graph.sources import ImagePolicy, resolve_image
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+__all__ = [
+    "ChatCompletionRequest",
+    "EndpointError",
+    "create_app",
+    "serve",
+]
+
+log = logging.getLogger("mai_graph.serve")
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+# -- the request body ------------------------------------------------------------------------
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Loose):
+    """A text content part."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(_Loose):
+    """The image of an ``image_url`` part: a data URL, base64, or a URL / path the policy allows."""
+
+    url: str
+    detail: str | None = None
+
+
+class ImagePart(_Loose):
+    """An image content part."""
+
+    type: Literal["image_url"]
+    image_url: ImageURL | str
+
+
+Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+_PART: TypeAdapter[TextPart | ImagePart] = TypeAdapter(Part)
+
+
+class ChatMessage(_Loose):
+    """One message of the conversation.
+
+    Only the last user message is read, so only its content parts must be text or
+    ``image_url``.
+    """
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(_Loose):
+    """``stream_options``: ``include_usage`` adds a last chunk with the run's usage."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Loose):
+    """The body of ``POST /v1/chat/completions`` (OpenAI's fields MAI reads, and ``mai``)."""
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int | None = None
+    stop: str | list[str] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    mai: dict[str, Any] | None = None
+    """MAI settings (``MAIContext`` fields) and ``options`` (multiple choice)."""
+
+
+class EndpointError(MAIError):
+    """A request the endpoint refuses or could not serve, with its HTTP status.
+
+    Attributes:
+        status: The HTTP status code.
+        kind: OpenAI's error ``type`` (``invalid_request_error``, ``authentication_error``,
+            ``server_error``, ...).
+        code: OpenAI's error ``code`` (``model_not_found``, ``invalid_api_key``, ...).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.status = status
+        self.kind = kind
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {
+            "error": {
+                "message": str(self),
+                "type": self.kind,
+                "param": self.parameter,
+                "code": self.code,
+            }
+        }
+
+
+def _refuse(message: str, param: str, fix: str) -> EndpointError:
+    return EndpointError(message, parameter=param, fix=fix, code="unsupported_parameter")
+
+
+def as_endpoint_error(exc: BaseException) -> EndpointError:
+    """The HTTP error of an exception raised while serving a request.
+
+    Bad input (settings, images, questions) is a 400 naming the field; a backend failure a 503
+    when it may pass (overload, a replica down) and a 502 otherwise; anything else a 500 that
+    says no more than that (details go to the server's log).
+    """
+    if isinstance(exc, EndpointError):
+        return exc
+    if isinstance(exc, ImageError):
+        return EndpointError(str(exc), parameter="messages", code="invalid_image")
+    if isinstance(exc, ConfigError):
+        param = exc.parameter
+        return EndpointError(str(exc), parameter=param, code="invalid_value")
+    if isinstance(exc, BackendError):
+        return EndpointError(
+            str(exc),
+            status=503 if exc.transient else 502,
+            kind="server_error",
+            code="backend_unavailable" if exc.transient else "backend_error",
+        )
+    return EndpointError(
+        "internal error while answering; see the server's log",
+        status=500,
+        kind="server_error",
+        code="internal_error",
+    )
+
+
+# -- from a request to a run -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    question: str
+    image: Any
+    options: Any
+    context: MAIContext
+
+
+def _image_url(part: ImagePart) -> str:
+    return part.image_url if isinstance(part.image_url, str) else part.image_url.url
+
+
+def _question(body: ChatCompletionRequest) -> tuple[str, str | None]:
+    """The last user message's text and its image source (if any)."""
+    user = next((m for m in reversed(body.messages) if m.role == "user"), None)
+    if user is None or user.content is None:
+        raise EndpointError(
+            "no user message to answer",
+            parameter="messages",
+            fix="end the messages with a user message holding the question (and image)",
+        )
+    if isinstance(user.content, str):
+        return user.content.strip(), None
+    parts: list[TextPart | ImagePart] = []
+    for i, raw in enumerate(user.content):
+        try:
+            parts.append(_PART.validate_python(raw))
+        except ValidationError:
+            raise EndpointError(
+                f"content part {i} of the last user message is not text or image_url: "
+                f"type {raw.get('type')!r}",
+                parameter=f"messages.{len(body.messages) - 1}.content.{i}",
+                fix="send the question as text parts and the image as one image_url part",
+                code="unsupported_value",
+            ) from None
+    texts = [p.text.strip() for p in parts if isinstance(p, TextPart) and p.text.strip()]
+    images = [_image_url(p) for p in parts if isinstance(p, ImagePart)]
+    if len(images) > 1:
+        raise EndpointError(
+            f"one image per question, got {len(images)}",
+            parameter="messages",
+            fix="send the question with a single image_url part",
+            code="unsupported_value",
+        )
+    return " ".join(texts), (images[0] if images else None)
+
+
+def _check_supported(body: ChatCompletionRequest) -> None:
+    if body.n not in (None, 1):
+        raise _refuse(f"n must be 1, got {body.n}", "n", "ask for one answer per request")
+    if body.stop:
+        raise _refuse("stop sequences are not supported", "stop", "drop stop; MAI answers short")
+    if body.tools or body.functions or body.tool_choice not in (None, "none"):
+        raise _refuse(
+            "tool calling is not supported",
+            "tools",
+            "give tools to another model; MAI answers questions",
+        )
+    if body.logprobs:
+        raise _refuse(
+            "logprobs are not returned", "logprobs", "read mai.metrics[].answer_prob instead"
+        )
+    fmt = (body.response_format or {}).get("type", "text")
+    if fmt != "text":
+        raise _refuse(
+            f"response_format {fmt!r} is not supported",
+            "response_format",
+            "ask a multiple-choice or yes/no question (mai.options / mai.answer_kind)",
+        )
+
+
+def _context(
+    body: ChatCompletionRequest, base: MAIContext, allowed: Collection[str] | None
+) -> tuple[MAIContext, Any]:
+    """The run's settings (server defaults, then the request's) and its options."""
+    settings = dict(body.mai or {})
+    options = settings.pop("options", None)
+    if allowed is not None:
+        locked = sorted(k for k in settings if k not in allowed and k in MAIContext.model_fields)
+        if locked:
+            raise EndpointError(
+                f"this server does not let requests change {locked}",
+                parameter=f"mai.{locked[0]}",
+                fix=f"change only {sorted(allowed)}",
+                code="setting_not_allowed",
+            )
+    mapped: dict[str, Any] = {}
+    if body.temperature is not None:
+        mapped["temperature"] = float(body.temperature)
+    if body.seed is not None:
+        mapped["seed"] = body.seed
+    budget = body.max_completion_tokens or body.max_tokens
+    if budget is not None:
+        mapped["short_max_tokens"] = budget
+    try:
+        ctx = MAIContext(**{**base.model_dump(exclude_defaults=True), **settings, **mapped})
+    except ConfigError as exc:
+        field = exc.parameter or "mai"
+        param = field if field in mapped and field not in settings else f"mai.{field}"
+        raise EndpointError(str(exc), parameter=param, code="invalid_value") from None
+    return ctx, options
+
+
+# -- responses -------------------------------------------------------------------------------
+
+
+def usage(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """OpenAI's ``usage`` from MAI's metrics: every call's prompt and generated tokens.
+
+    >>> usage([{"prompt_tokens": 90, "cached_tokens": 64, "generated_tokens": 2,
+    ...         "latency_s": 0.1}])["prompt_tokens_details"]
+    {'cached_tokens': 64}
+    """
+    t = totals(metrics)
+    prompt, completion = int(t["prompt_tokens"]), int(t["generated_tokens"])
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": int(t["cached_tokens"])},
+    }
+
+
+def extension(out: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
+    """The response's ``mai`` field: how the run went."""
+    metrics = list(out.get("metrics") or [])
+    return {
+        "route": out.get("route"),
+        "canonical": out.get("canonical"),
+        "small_answer": out.get("small_answer"),
+        "large_answer": out.get("large_answer"),
+        "s2_answer": out.get("s2_answer"),
+        "small_prob": out.get("small_prob"),
+        "large_prob": out.get("large_prob"),
+        "sparsification": out.get("sparsification"),
+        "metrics": metrics,
+        "totals": totals(metrics),
+        "wall_s": wall_s,
+    }
+
+
+async def _events(graph: Any, inputs: Any, context: MAIContext) -> AsyncIterator[Any]:
+    """The run's ``custom`` and ``values`` stream events, the run on a task of its own.
+
+    The server cancels a stream whose client left through a cancel scope, which cancels again
+    and again; a graph run cancelled that way may have its clean-up interrupted and leave its
+    model calls running. On its own task the run is cancelled once, like any asyncio task,
+    and aborts its model calls.
+    """
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in graph.astream(
+                inputs, context=context, stream_mode=["custom", "values"]
+            ):
+                events.put_nowait(event)
+        except Exception as exc:
+            events.put_nowait(("error", exc))
+        else:
+            events.put_nowait(("end", None))
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            mode, item = await events.get()
+            if mode == "end":
+                return
+            if mode == "error":
+                raise item
+            yield mode, item
+    finally:
+        task.cancel()
+
+
+def _sse(data: Mapping[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+
+class _Endpoint:
+    """What every request of one app shares: the graph, its backends and settings."""
+
+    def __init__(
+        self,
+        small: VLMBackend,
+        large: VLMBackend,
+        *,
+        model_name: str,
+        api_keys: Sequence[str],
+        image_policy: ImagePolicy,
+        context: MAIContext,
+        allowed_settings: Collection[str] | None,
+        max_concurrency: int,
+        graph_kwargs: Mapping[str, Any],
+    ) -> None:
+        self.small, self.large = small, large
+        self.model_name = model_name
+        self.keys = [k.encode() for k in api_keys]
+        self.policy = image_policy
+        self.context = context
+        self.allowed = None if allowed_settings is None else frozenset(allowed_settings)
+        # The endpoint applies the image policy itself (so a refusal is a 400 before any
+        # stream starts) and hands the graph a checked reference: the graph trusts it.
+        self.graph = create_mai_graph(small, large, **graph_kwargs).compile(name=model_name)
+        self.max_concurrency = max_concurrency
+        self._slots: asyncio.Semaphore | None = None
+        self.created = int(time.time())
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        if self._slots is None:  # made on the server's loop
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+        return self._slots
+
+    def authorize(self, header: str | None) -> None:
+        if not self.keys:
+            return
+        scheme, _, given = (header or "").partition(" ")
+        token = given.strip().encode() if scheme.lower() == "bearer" else b""
+        ok = False
+        for key in self.keys:  # every key compared, in constant time
+            ok |= hmac.compare_digest(token, key)
+        if not ok:
+            raise EndpointError(
+                "missing or wrong API key" if token else "missing API key",
+                status=401,
+                kind="authentication_error",
+                code="invalid_api_key",
+                fix="send Authorization: Bearer <key> (the openai client's api_key)",
+            )
+
+    async def prepare(self, body: ChatCompletionRequest) -> _Run:
+        if body.model != self.model_name:
+            raise EndpointError(
+                f"the model {body.model!r} does not exist here; this server serves "
+                f"{self.model_name!r}",
+                status=404,
+                parameter="model",
+                code="model_not_found",
+                fix=f"send model={self.model_name!r} (GET /v1/models lists it)",
+            )
+        _check_supported(body)
+        ctx, options = _context(body, self.context, self.allowed)
+        try:
+            options = normalize_options(options)
+        except ConfigError as exc:
+            raise EndpointError(str(exc), parameter="mai.options", code="invalid_value") from None
+        question, source = _question(body)
+        if not question:
+            raise EndpointError(
+                "the user message has no question text",
+                parameter="messages",
+                fix="add a text part with the question",
+            )
+        image = None
+        if source is not None:  # blocking: decoding, hashing, the image store
+            image = await asyncio.to_thread(resolve_image, source, self.policy)
+        return _Run(question, image, options, ctx)
+
+    def inputs(self, run: _Run) -> dict[str, Any]:
+        return {"question": run.question, "image": run.image, "options": run.options}
+
+    def completion(self, out: Mapping[str, Any], wall_s: float, rid: str) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": out["answer"]},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": usage(out.get("metrics") or []),
+            "mai": extension(out, wall_s),
+        }
+
+    def chunk(self, rid: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    async def answer(self, run: _Run) -> dict[str, Any]:
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        async with self.slots:
+            start = time.perf_counter()
+            out = await self.graph.ainvoke(self.inputs(run), context=run.context)
+            return self.completion(out, time.perf_counter() - start, rid)
+
+    async def stream(self, run: _Run, include_usage: bool) -> AsyncIterator[bytes]:
+        """SSE chunks: the role, the answer's deltas, the finish with ``mai``, usage, [DONE].
+
+        On the transfer route the answer node's tokens stream as they are written; on the
+        routes that end earlier the answer is known when the run ends and comes as one delta.
+        A failure after the stream started is sent as an ``error`` event (OpenAI's clients
+        raise it).
+        """
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        yield _sse(self.chunk(rid, {"role": "assistant", "content": ""}))
+        async with self.slots:
+            start = time.perf_counter()
+            final: dict[str, Any] = {}
+            streamed = ""
+            try:
+                async for mode, item in _events(self.graph, self.inputs(run), run.context):
+                    if mode == "values":
+                        final = item
+                    elif item.get("event") == "token" and item.get("node") == "answer":
+                        streamed += item["text"]
+                        yield _sse(self.chunk(rid, {"content": item["text"]}))
+            except Exception as exc:  # the status line is gone: report in the stream
+                error = as_endpoint_error(exc)
+                if error.status >= 500:
+                    log.warning("run %s failed: %s", rid, exc, exc_info=error.status == 500)
+                yield _sse(error.body())
+                return
+            wall = time.perf_counter() - start
+        answer = str(final.get("answer", ""))
+        rest = answer[len(streamed) :] if answer.startswith(streamed) else answer
+        if rest:
+            yield _sse(self.chunk(rid, {"content": rest}))
+        last = self.chunk(rid, {}, "stop")
+        last["mai"] = extension(final, wall)
+        yield _sse(last)
+        if include_usage:
+            yield _sse(
+                {**self.chunk(rid, {}), "choices": [], "usage": usage(final.get("metrics") or [])}
+            )
+        yield _sse("[DONE]")
+
+
+def create_app(
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    model_name: str = "mai",
+    api_keys: Sequence[str] | None = None,
+    image_policy: ImagePolicy | None = None,
+    context: MAIContext | Mapping[str, Any] | None = None,
+    allowed_settings: Collection[str] | None = None,
+    max_concurrency: int = 64,
+    manage_backends: bool = False,
+    **graph_kwargs: Any,
+) -> Starlette:
+    """The endpoint as an ASGI app (Starlette): serve it with uvicorn or any ASGI server.
+
+    Args:
+        small: The small model's backend (shared by every request).
+        large: The large model's backend.
+        model_name: The model id clients send and ``/v1/models`` lists.
+        api_keys: Accepted bearer keys; ``None`` or empty: no authentication (loopback only).
+        image_policy: Which images requests may carry (default
+            :meth:`ImagePolicy.from_env`, the untrusted policy).
+        context: Default MAI settings of every run; requests override them in ``mai``.
+        allowed_settings: The MAI settings requests may change (``None``: all).
+        max_concurrency: Runs in flight at once; more requests wait for a slot.
+        manage_backends: Start the backends' engines when the app starts (one after the
+            other) and shut them down when it stops.
+        **graph_kwargs: Passed to :func:`~mai_graph.graph.create_mai_graph` (retry policy,
+            timeouts, scorers).
+
+    Returns:
+        The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
+
+    Example:
+        >>> from mai_graph import ScriptedBackend
+        >>> app = create_app(ScriptedBackend("yes"), ScriptedBackend("Yes."), api_keys=["k"])
+        >>> [route.path for route in app.routes]
+        ['/health', '/v1/models', '/v1/chat/completions']
+    """
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    check_backend(small, "small")
+    check_backend(large, "large")
+    if not isinstance(model_name, str) or not model_name.strip():
+        raise ConfigError(
+            f"model_name must be a non-empty string, got {model_name!r}",
+            parameter="model_name",
+            value=model_name,
+        )
+    keys = [k for k in (api_keys or ()) if k]
+    if any(not isinstance(k, str) for k in keys):
+        raise ConfigError("api_keys must be strings", parameter="api_keys")
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+        raise ConfigError(
+            f"max_concurrency must be an int >= 1, got {max_concurrency!r}",
+            parameter="max_concurrency",
+            value=max_concurrency,
+        )
+    if max_concurrency < 1:
+        raise ConfigError(
+            f"max_concurrency must be >= 1, got {max_concurrency}",
+            parameter="max_concurrency",
+            value=max_concurrency,
+        )
+    if allowed_settings is not None:
+        unknown = sorted(set(allowed_settings) - set(MAIContext.model_fields))
+        if unknown:
+            raise ConfigError(
+                f"allowed_settings names unknown settings {unknown}",
+                parameter="allowed_settings",
+                value=unknown,
+                fix="name MAIContext fields",
+            )
+    endpoint = _Endpoint(
+        small,
+        large,
+        model_name=model_name,
+        api_keys=keys,
+        image_policy=image_policy or ImagePolicy.from_env(),
+        context=MAIContext.coerce(context),
+        allowed_settings=allowed_settings,
+        max_concurrency=max_concurrency,
+        graph_kwargs=graph_kwargs,
+    )
+
+    def error_response(error: EndpointError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(request: Request) -> Response:
+        try:
+            endpoint.authorize(request.headers.get("authorization"))
+        except EndpointError as error:
+            return error_response(error)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": endpoint.model_name,
+                        "object": "model",
+                        "created": endpoint.created,
+                        "owned_by": "mai-graph",
+                    }
+                ],
+            }
+        )
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            endpoint.authorize(request.headers.get("authorization"))
+            body = await _body(request)
+            run = await endpoint.prepare(body)
+        except Exception as exc:
+            return error_response(as_endpoint_error(exc))
+        if body.stream:
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return _EventStream(
+                endpoint.stream(run, include),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            return JSONResponse(await endpoint.answer(run))
+        except Exception as exc:
+            error = as_endpoint_error(exc)
+            if error.status >= 500:
+                log.warning("request failed: %s", exc, exc_info=error.status == 500)
+            return error_response(error)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+
+        if manage_backends:
+            await start_backends(small, large)
+        try:
+            yield
+        finally:
+            if manage_backends:
+                shutdown_backends(small, large)
+
+    app = Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.mai = endpoint
+    return app
+
+
+def _event_stream_class() -> Any:
+    from starlette.responses import StreamingResponse
+
+    class EventStream(StreamingResponse):
+        """Server-sent events that stop as soon as the client goes away.
+
+        Watching for the disconnect (not only failing on the next write) cancels the run at
+        once, even while it waits for a model: the backends then abort their requests.
+        """
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            import anyio
+
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    with contextlib.suppress(OSError):
+                        await self.stream_response(send)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+
+    return EventStream
+
+
+def _EventStream(chunks: AsyncIterator[bytes], **kwargs: Any) -> Response:  # noqa: N802
+    return _event_stream_class()(chunks, **kwargs)  # type: ignore[no-any-return]
+
+
+async def _body(request: Request) -> ChatCompletionRequest:
+    """The validated request body; the first problem named in a 400."""
+    try:
+        raw = await request.json()
+    except ValueError:
+        raise EndpointError(
+            "the request body is not JSON", parameter="body", code="invalid_json"
+        ) from None
+    try:
+        return ChatCompletionRequest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or "body"
+        raise EndpointError(
+            f"{param}: {first['msg']}", parameter=param, code="invalid_request"
+        ) from None
+
+
+def serve(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "warning",
+) -> None:
+    """Serve ``app`` with uvicorn until interrupted (one process; engines shared by requests)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[str]:
+    """The endpoint's keys: ``key_file`` (one a line) or ``MAI_GRAPH_SERVE_API_KEY`` (commas).
+
+    >>> api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "k1, k2"})
+    ['k1', 'k2']
+    """
+    if key_file:
+        try:
+            with open(key_file, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the API key file {key_file}: {exc.strerror}",
+                parameter="--api-key-file",
+                value=key_file,
+                fix="give a readable file with one key a line",
+            ) from None
+        keys = [line.strip() for line in lines if line.strip()]
+        if not keys:
+            raise ConfigError(
+                f"the API key file {key_file} holds no key",
+                parameter="--api-key-file",
+                value=key_file,
+            )
+        return keys
+    return [k.strip() for k in env.get("MAI_GRAPH_SERVE_API_KEY", "").split(",") if k.strip()]
+
+
+def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int:
+    """``mai-graph serve``: the app over ``backends`` with uvicorn, engines started first."""
+    import os
+    import sys
+
+    keys = api_keys_from(os.environ, args.api_key_file)
+    if not keys and args.host not in LOOPBACK:
+        raise ConfigError(
+            f"refusing to serve on {args.host} without an API key",
+            parameter="--host",
+            value=args.host,
+            fix="set MAI_GRAPH_SERVE_API_KEY (or --api-key-file), or listen on 127.0.0.1",
+        )
+    small, large = backends
+    app = create_app(
+        small,
+        large,
+        model_name=args.model_name,
+        api_keys=keys,
+        context=context,
+        allowed_settings=args.allow_setting,
+        max_concurrency=args.max_concurrency,
+        manage_backends=True,
+    )
+    auth = f"{len(keys)} API key(s)" if keys else "no API key (loopback only)"
+    print(
+        f"mai-graph: serving {args.model_name!r} at http://{args.host}:{args.port}/v1 "
+        f"({small.name} + {large.name}; {auth})",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

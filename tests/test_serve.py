@@ -1,0 +1,378 @@
+"""The OpenAI-compatible endpoint (`mai-graph serve`) on loopback, driven by real OpenAI clients.
+
+The app runs under uvicorn on a free loopback port; the `openai` client and LangChain's
+`ChatOpenAI` talk to it over HTTP. Fake backends answer, so routes and token counts are exact.
+"""
+
+import asyncio
+import base64
+import io
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from PIL import Image
+
+from mai_graph import BackendError, FunctionBackend, ImagePolicy, ScriptedBackend
+from mai_graph.serve import api_keys_from, create_app
+from tests.servers import serving_app as running
+
+openai = pytest.importorskip("openai", reason="installed with the openai extra")
+pytest.importorskip("uvicorn", reason="installed with the serve extra")
+
+KEY = "sk-test-endpoint-key"
+OPTIONS = ["red", "blue", "green"]
+
+
+def data_url(colour=(200, 30, 30), size=(48, 40)) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def transfer_pair(**kwargs):
+    """Small and large disagree, S2 keeps the small answer: the transfer route."""
+    small = ScriptedBackend(
+        {"short": "A", "cot": "The big square is red so the answer is A", "s2": "A"},
+        name="small",
+        **kwargs,
+    )
+    large = ScriptedBackend({"short": "B", "answer": "A"}, name="large", **kwargs)
+    return small, large
+
+
+@pytest.fixture
+def served():
+    """(base URL, small, large) of an app with one API key, on the transfer route."""
+    small, large = transfer_pair()
+    with running(create_app(small, large, api_keys=[KEY])) as url:
+        yield url, small, large
+
+
+def client(url, key=KEY, **kwargs):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, **kwargs)
+
+
+def question(text="Which colour is the square?", image=None):
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": image or data_url()}},
+            ],
+        }
+    ]
+
+
+# -- the OpenAI client -------------------------------------------------------------------------
+
+
+def test_completion_answers_with_usage_and_the_mai_field(served):
+    url, small, large = served
+    with client(url) as c:
+        out = c.chat.completions.create(
+            model="mai", messages=question(), extra_body={"mai": {"options": OPTIONS}}
+        )
+    assert out.choices[0].message.content == "A"
+    assert out.choices[0].finish_reason == "stop" and out.object == "chat.completion"
+    mai = out.model_extra["mai"]
+    assert mai["route"] == "transfer" and mai["canonical"] == "A"
+    assert [m["node"] for m in mai["metrics"]] == ["verify", "verify", "reason", "extract",
+                                                   "answer"]  # fmt: skip
+    metrics = mai["metrics"]
+    assert out.usage.prompt_tokens == sum(m["prompt_tokens"] for m in metrics)
+    assert out.usage.completion_tokens == sum(m["generated_tokens"] for m in metrics)
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    assert out.usage.prompt_tokens_details.cached_tokens == sum(
+        m["cached_tokens"] or 0 for m in metrics
+    )
+    # The question, options and image reached the models (the image as a checked reference).
+    prompt = small.calls("short")[0]
+    assert (prompt.image["width"], prompt.image["height"]) == (48, 40)
+    assert "Which colour is the square?" in json.dumps(prompt.messages)
+    assert prompt.choices == ("A", "B", "C")
+
+
+def test_stream_sends_the_answer_as_deltas_then_mai_and_usage(served):
+    url, *_ = served
+    with client(url) as c:
+        stream = c.chat.completions.create(
+            model="mai",
+            messages=question(),
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"mai": {"options": OPTIONS}},
+        )
+        chunks = list(stream)
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == "A"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finish = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].choices[0].finish_reason == "stop"
+    assert finish[0].model_extra["mai"]["route"] == "transfer"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+    metrics = finish[0].model_extra["mai"]["metrics"]
+    assert chunks[-1].usage.prompt_tokens == sum(m["prompt_tokens"] for m in metrics)
+
+
+def test_stream_carries_the_answer_nodes_tokens_live():
+    """On the transfer route the large model's answer streams token by token."""
+    small, _ = transfer_pair()
+    large = ScriptedBackend({"short": "no", "answer": "yes it is red"}, name="large")
+    small.script.update({"short": "yes", "s2": "yes"})
+    with running(create_app(small, large)) as url, client(url, key="unused") as c:
+        chunks = list(c.chat.completions.create(model="mai", messages=question(), stream=True))
+    pieces = [
+        ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content
+    ]
+    assert pieces == ["yes", " it", " is", " red"]
+
+
+def test_models_lists_the_served_name(served):
+    url, *_ = served
+    with client(url) as c:
+        assert [m.id for m in c.models.list()] == ["mai"]
+
+
+def test_plain_string_content_and_early_exit():
+    small = ScriptedBackend({"short": "yes"}, name="small")
+    large = ScriptedBackend({"short": "Yes."}, name="large")
+    with running(create_app(small, large, model_name="mai-vl")) as url, client(url) as c:
+        out = c.chat.completions.create(
+            model="mai-vl", messages=[{"role": "user", "content": "Is the sky blue?"}]
+        )
+    assert out.model_extra["mai"]["route"] == "agree"
+    assert out.choices[0].message.content == "Yes." and out.model == "mai-vl"
+    assert small.calls("short")[0].image is None
+
+
+def test_temperature_seed_and_max_tokens_set_the_run():
+    small = ScriptedBackend({"short": "yes"}, name="small")
+    large = ScriptedBackend({"short": "yes"}, name="large")
+    with running(create_app(small, large)) as url, client(url) as c:
+        c.chat.completions.create(
+            model="mai", messages=question(), temperature=0.5, seed=7, max_tokens=3,
+        )  # fmt: skip
+    request = large.calls("short")[0]
+    assert (request.temperature, request.seed, request.max_tokens) == (0.5, 7, 3)
+
+
+# -- LangChain's ChatOpenAI --------------------------------------------------------------------
+
+
+def test_langchain_chat_openai_invokes_and_streams(served):
+    chat_openai = pytest.importorskip("langchain_openai", reason="in the test extra").ChatOpenAI
+    from langchain_core.messages import HumanMessage
+
+    url, *_ = served
+    model = chat_openai(
+        model="mai", base_url=f"{url}/v1", api_key=KEY, max_retries=0, stream_usage=True,
+        extra_body={"mai": {"options": OPTIONS}},
+    )  # fmt: skip
+    message = HumanMessage(
+        content=[
+            {"type": "text", "text": "Which colour is the square?"},
+            {"type": "image_url", "image_url": {"url": data_url()}},
+        ]
+    )
+    reply = model.invoke([message])
+    assert reply.content == "A"
+    assert reply.usage_metadata["total_tokens"] > 0
+    assert reply.usage_metadata["input_token_details"]["cache_read"] >= 0
+    chunks = list(model.stream([message]))
+    assert "".join(c.content for c in chunks) == "A"
+    assert (
+        sum((c.usage_metadata or {}).get("output_tokens", 0) for c in chunks)
+        == (reply.usage_metadata["output_tokens"])
+    )
+
+    async def many():
+        return await model.abatch([[message]] * 4)
+
+    assert [r.content for r in asyncio.run(many())] == ["A"] * 4
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+def test_api_key_is_required_and_checked(served):
+    url, *_ = served
+    with client(url, key="wrong") as c, pytest.raises(openai.AuthenticationError) as err:
+        c.chat.completions.create(model="mai", messages=question())
+    assert err.value.status_code == 401 and "API key" in err.value.message
+    with client(url, key="wrong") as c, pytest.raises(openai.AuthenticationError):
+        c.models.list()
+    plain = httpx.post(f"{url}/v1/chat/completions", json={"model": "mai", "messages": []})
+    assert plain.status_code == 401 and plain.headers["www-authenticate"] == "Bearer"
+    assert KEY not in plain.text
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "message"),
+    [
+        ({"mai": {"kep_ratio": 0.3}}, "mai.kep_ratio", "unknown context settings ['kep_ratio']"),
+        ({"mai": {"keep_ratio": 2}}, "mai.keep_ratio", "keep_ratio must be in (0, 1]"),
+        ({"mai": {"options": ["only"]}}, "mai.options", "options"),
+        ({"n": 2}, "n", "n must be 1"),
+        ({"stop": ["\n"]}, "stop", "stop sequences are not supported"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling"),
+        ({"response_format": {"type": "json_object"}}, "response_format", "json_object"),
+        ({"temperature": 9}, "temperature", "temperature must be in"),
+    ],
+)
+def test_bad_settings_are_refused_with_400_naming_the_field(served, extra, param, message):
+    url, small, _ = served
+    with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(model="mai", messages=question(), extra_body=extra)
+    assert err.value.status_code == 400
+    assert message in err.value.message
+    assert err.value.body["param"] == param or param in err.value.message
+    assert small.requests == []  # refused before any model call
+
+
+def test_wrong_model_is_404(served):
+    url, *_ = served
+    with client(url) as c, pytest.raises(openai.NotFoundError, match="serves 'mai'"):
+        c.chat.completions.create(model="gpt-4o", messages=question())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_image_policy_refuses_server_paths_and_urls_before_any_stream(served, png, stream):
+    url, small, _ = served
+    with client(url) as c:
+        for source in (str(png), f"file://{png}", "http://127.0.0.1:1/cat.png", "/etc/passwd"):
+            with pytest.raises(openai.BadRequestError) as err:
+                c.chat.completions.create(
+                    model="mai", messages=question(image=source), stream=stream
+                )
+            assert err.value.body["code"] in ("invalid_image",)
+            assert "data URL" in err.value.message  # names what is accepted
+    assert small.requests == []
+
+
+def test_files_under_allowed_roots_are_read(png):
+    small, large = transfer_pair()
+    policy = ImagePolicy.untrusted(roots=[png.parent])
+    with running(create_app(small, large, image_policy=policy)) as url, client(url) as c:
+        c.chat.completions.create(model="mai", messages=question(image=str(png)))
+    assert small.calls("short")[0].image["path"] == str(png)
+
+
+def test_settings_clients_may_not_change_are_refused():
+    small, large = transfer_pair()
+    app = create_app(small, large, allowed_settings=["keep_ratio"], context={"cot_max_tokens": 64})
+    with running(app) as url, client(url) as c:
+        with pytest.raises(openai.BadRequestError, match="cot_max_tokens"):
+            c.chat.completions.create(
+                model="mai", messages=question(), extra_body={"mai": {"cot_max_tokens": 4096}}
+            )
+        c.chat.completions.create(
+            model="mai",
+            messages=question(),
+            extra_body={"mai": {"keep_ratio": 0.5, "options": OPTIONS}},
+        )
+    assert small.calls("cot")[0].max_tokens == 64  # the server's default held
+
+
+def test_other_content_parts_and_several_images_are_refused(served):
+    url, *_ = served
+    two = question()
+    two[0]["content"].append({"type": "image_url", "image_url": {"url": data_url((0, 0, 200))}})
+    audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]
+    with client(url) as c:
+        with pytest.raises(openai.BadRequestError, match="one image per question"):
+            c.chat.completions.create(model="mai", messages=two)
+        with pytest.raises(openai.BadRequestError, match="not text or image_url"):
+            c.chat.completions.create(model="mai", messages=audio)
+        with pytest.raises(openai.BadRequestError, match="no user message"):
+            c.chat.completions.create(model="mai", messages=[{"role": "system", "content": "x"}])
+
+
+# -- failures, concurrency, disconnects --------------------------------------------------------
+
+
+def test_backend_failures_are_typed_http_errors_and_stream_error_events():
+    down = BackendError("large: server unreachable or busy", transient=True)
+    small = ScriptedBackend({"short": "yes"}, name="small")
+    large = ScriptedBackend({"short": "yes"}, name="large", fail={"short": [down] * 6})
+    app = create_app(small, large, retry_policy=None)
+    with running(app) as url, client(url) as c:
+        with pytest.raises(openai.InternalServerError) as err:
+            c.chat.completions.create(model="mai", messages=question())
+        assert err.value.status_code == 503 and "unreachable" in err.value.message
+        with pytest.raises(openai.APIError, match="unreachable"):
+            list(c.chat.completions.create(model="mai", messages=question(), stream=True))
+
+
+def test_concurrent_requests_share_the_backends_within_max_concurrency():
+    small, large = transfer_pair(latency=0.05)
+    app = create_app(small, large, max_concurrency=3)
+
+    async def burst(url):
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as c:
+            return await asyncio.gather(
+                *(
+                    c.chat.completions.create(
+                        model="mai",
+                        messages=question(f"Question {i}: which colour?"),
+                        extra_body={"mai": {"options": OPTIONS}},
+                    )
+                    for i in range(9)
+                )
+            )
+
+    with running(app) as url:
+        outs = asyncio.run(burst(url))
+    assert [o.choices[0].message.content for o in outs] == ["A"] * 9
+    assert len(small.calls("short")) == 9  # one pair of backends served every run
+    assert 2 <= small.max_in_flight <= 3  # runs overlapped, never more than allowed
+
+
+def test_closing_the_stream_cancels_the_run():
+    started, cancelled = threading.Event(), []
+
+    async def slow(request):
+        if request.purpose == "answer":
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(time.monotonic())
+                raise
+        return {"short": "B"}.get(request.purpose, "A")
+
+    small, _ = transfer_pair()
+    large = FunctionBackend(slow, name="large")
+    with running(create_app(small, large)) as url:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json={"model": "mai", "messages": question(), "stream": True,
+                  "mai": {"options": OPTIONS}},
+            timeout=10,
+        ) as resp:  # fmt: skip
+            assert resp.status_code == 200
+            lines = resp.iter_lines()
+            assert next(lines).startswith("data: ")  # the role chunk
+            deadline = time.monotonic() + 10
+            while not started.is_set():
+                assert time.monotonic() < deadline, "the answer call never started"
+                time.sleep(0.02)
+        closed = time.monotonic()
+        deadline = closed + 5
+        while not cancelled:
+            assert time.monotonic() < deadline, "the run kept going after the client left"
+            time.sleep(0.02)
+    assert cancelled[0] - closed < 5
+
+
+def test_api_keys_come_from_env_or_a_file(tmp_path):
+    assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a,b"}) == ["a", "b"]
+    assert api_keys_from({}) == []
+    keys = tmp_path / "keys"
+    keys.write_text("k1\n\nk2\n")
+    assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a"}, str(keys)) == ["k1", "k2"]
