@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from mai_graph.answers import Options, normalize_options
@@ -16,14 +17,22 @@ from mai_graph.state import InputState
 
 __all__ = ["MAIResult", "arun", "run"]
 
+Models = VLMBackend | Sequence[VLMBackend]
+"""One backend, or several (drafters for ``small``, a chain for ``large``)."""
+
 
 _GRAPHS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, Any]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _compiled(small: VLMBackend, large: VLMBackend) -> Any:
-    """The compiled graph of a backend pair, built once per pair."""
+_SHAPES: dict[tuple[int, ...], tuple[list[weakref.ref[Any]], Any]] = {}
+
+
+def _compiled(small: Models, large: Models) -> Any:
+    """The compiled graph of a backend pair (or drafters / chain), built once per lineup."""
+    if _many(small) or _many(large):
+        return _compiled_shape(small, large)
     try:
         by_large = _GRAPHS.setdefault(small, weakref.WeakKeyDictionary())
         graph = by_large.get(large)
@@ -34,17 +43,59 @@ def _compiled(small: VLMBackend, large: VLMBackend) -> Any:
         return create_mai_graph(small, large).compile(name="mai")
 
 
-def _inputs(question: str, image: Any, options: Options | None) -> InputState:
+def _compiled_shape(small: Models, large: Models) -> Any:
+    """Graphs over drafters or a chain, cached by the backends' identities while they live."""
+    drafters = list(small) if _many(small) else [small]  # type: ignore[arg-type]
+    chain = list(large) if _many(large) else [large]  # type: ignore[arg-type]
+    backends = drafters + [None] + chain  # None marks where the drafters end
+    key = tuple(id(b) for b in backends)
+    found = _SHAPES.get(key)
+    if found is not None and all(r() is not None for r in found[0]):
+        return found[1]
+    graph = create_mai_graph(drafters, *chain).compile(name="mai")
+    try:
+        refs = [weakref.ref(b) for b in drafters + chain]
+    except TypeError:
+        return graph
+    for stale in [k for k, (rs, _) in _SHAPES.items() if any(r() is None for r in rs)]:
+        del _SHAPES[stale]
+    _SHAPES[key] = (refs, graph)
+    return graph
+
+
+def _inputs(
+    question: str, image: Any, options: Options | None, images: Any = None, video: Any = None
+) -> InputState:
     # Every input key is written, None included: on a reused thread nothing is inherited.
-    return InputState(question=question, image=image, options=normalize_options(options))
+    inputs = InputState(question=question, image=image, options=normalize_options(options))
+    if images is not None:  # the first node checks it is a list
+        inputs["images"] = list(images) if isinstance(images, tuple) else images
+    if video is not None:
+        inputs["video"] = video
+    return inputs
+
+
+def _many(models: Any) -> bool:
+    return isinstance(models, Sequence) and not isinstance(models, str | bytes)
+
+
+def _check(small: Models, large: Models) -> None:
+    for name, models in (("small", small), ("large", large)):
+        if _many(models):
+            for i, b in enumerate(models):
+                check_backend(b, f"{name}[{i}]")
+        else:
+            check_backend(models, name)
 
 
 async def arun(
     question: str,
     image: Any = None,
     *,
-    small: VLMBackend,
-    large: VLMBackend,
+    small: Models,
+    large: Models,
+    images: Sequence[Any] | None = None,
+    video: Any = None,
     options: Options | None = None,
     context: MAIContext | dict[str, Any] | None = None,
     **settings: Any,
@@ -54,8 +105,11 @@ async def arun(
     Args:
         question: The question text.
         image: A path, data URL, bytes, PIL image or :class:`~mai_graph.images.ImageRef`.
-        small: The small model's backend.
-        large: The large model's backend.
+        small: The small model's backend, or several drafter backends (see
+            :func:`~mai_graph.graph.create_mai_graph`).
+        large: The large model's backend, or a chain of larger backends, smallest first.
+        images: Several images, in order (after ``image``, if given).
+        video: A video file, data URL, or its frames (see :mod:`mai_graph.media`).
         options: Multiple-choice options: a mapping letter → text (``{"A": "cat", "B":
             "dog"}``), or a list of texts lettered A, B, ... in order.
         context: A :class:`MAIContext` or a dict of its fields.
@@ -65,13 +119,13 @@ async def arun(
     Returns:
         The :class:`MAIResult`.
     """
-    check_backend(small, "small")
-    check_backend(large, "large")
+    _check(small, large)
     ctx = MAIContext.coerce(context)
     if settings:
         ctx = ctx.replace(**settings)
     start = time.perf_counter()
-    out = await _compiled(small, large).ainvoke(_inputs(question, image, options), context=ctx)
+    inputs = _inputs(question, image, options, images, video)
+    out = await _compiled(small, large).ainvoke(inputs, context=ctx)
     return MAIResult.from_output(out, time.perf_counter() - start)
 
 
@@ -79,8 +133,10 @@ def run(
     question: str,
     image: Any = None,
     *,
-    small: VLMBackend,
-    large: VLMBackend,
+    small: Models,
+    large: Models,
+    images: Sequence[Any] | None = None,
+    video: Any = None,
     options: Options | None = None,
     context: MAIContext | dict[str, Any] | None = None,
     **settings: Any,
@@ -96,7 +152,7 @@ def run(
     """
     return run_sync(
         arun(
-            question, image, small=small, large=large, options=options, context=context,
-            **settings,
+            question, image, small=small, large=large, images=images, video=video,
+            options=options, context=context, **settings,
         )
     )  # fmt: skip

@@ -54,6 +54,25 @@ Gate = Literal["agree", "agree_confident", "never"]
 """
 
 
+DraftQuorum = Literal["all", "majority"]
+"""With several drafts (drafter models or sampled drafts), which agreement ends a run at
+verification.
+
+- ``all``: every draft agrees with the large model's short answer (under ``gate``).
+- ``majority``: the large model's answer is shared by more than half of all short answers
+  (the drafts' and the large model's own).
+"""
+
+DraftRank = Literal["confidence", "agreement"]
+"""How the drafts' reasoning is ranked when a run escalates (the best ``transfer_drafts`` are
+sparsified and transferred).
+
+- ``confidence``: the drafting model's probability for its own S2 answer, highest first.
+- ``agreement``: how many other drafts' S2 answers agree with the draft's, ties broken by
+  confidence.
+"""
+
+
 class MAIContext(BaseModel):
     """Settings of one MAI run (pass as ``context=`` to ``invoke`` / ``run``).
 
@@ -120,6 +139,23 @@ class MAIContext(BaseModel):
     """Sampling temperature of every call (0 = greedy)."""
     seed: int | None = None
     """Sampling seed, for reproducible runs at temperature > 0."""
+    drafts: int = Field(1, ge=1, le=16)
+    """Drafts per small model: above 1, each small model answers (and on escalation reasons)
+    this many times, sampled at draft_temperature."""
+    draft_temperature: float = Field(0.7, gt=0, le=5)
+    """Sampling temperature of sampled drafts (drafts > 1)."""
+    draft_quorum: DraftQuorum = "all"
+    """With several drafts, which agreement ends a run at verification: all (every draft agrees
+    with the large model) or majority (the large model's answer has more than half the votes)."""
+    draft_rank: DraftRank = "confidence"
+    """With several drafts, how their reasoning is ranked on escalation: confidence (own S2
+    answer probability) or agreement (S2 answers shared with other drafts)."""
+    transfer_drafts: int = Field(1, ge=1, le=4)
+    """With several drafts, how many of the best-ranked reasonings the large model reads."""
+    video_fps: float = Field(2.0, gt=0, le=30)
+    """Frames sampled per second of a question's video."""
+    max_frames: int = Field(32, ge=1, le=256)
+    """Most frames sampled from a question's video (evenly spaced over the whole clip)."""
     review: bool = False
     """Pause after verification for a human decision (graphs built with a review node)."""
     system_prompt: str | None = None

@@ -8,12 +8,13 @@ ends a run with the large model's answer when the answers differ but the large m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from mai_graph.answers import canonical_match
 from mai_graph.context import MAIContext
 
-__all__ = ["after_disagreement", "agreement_exits"]
+__all__ = ["after_disagreement", "agreement_exits", "quorum_exits"]
 
 
 NON_COMMITTAL = frozenset({"unknown", "unanswerable", "not answerable"})
@@ -45,6 +46,32 @@ def agreement_exits(
     if ctx.gate == "agree_confident":
         return _sure(prob_a, ctx.gate_min_prob) and _sure(prob_b, ctx.gate_min_prob)
     return True
+
+
+def quorum_exits(
+    drafts: Sequence[tuple[str, float | None]],
+    large: str,
+    large_prob: float | None,
+    ctx: MAIContext,
+) -> bool:
+    """Whether several drafts' short answers and the large model's end the run.
+
+    Each ``(canonical, prob)`` draft agrees with the large answer as :func:`agreement_exits`
+    judges a pair; ``draft_quorum`` says how many must: ``all`` of them, or a ``majority`` of
+    all answers (the large model's own vote included) for the large model's answer.
+
+    >>> drafts = [("B", None), ("B", None), ("C", None)]
+    >>> quorum_exits(drafts, "B", None, MAIContext())
+    False
+    >>> quorum_exits(drafts, "B", None, MAIContext(draft_quorum="majority"))
+    True
+    """
+    if ctx.gate == "never":
+        return False
+    agreeing = sum(agreement_exits(c, large, p, large_prob, ctx) for c, p in drafts)
+    if ctx.draft_quorum == "all":
+        return agreeing == len(drafts)
+    return 2 * (agreeing + 1) > len(drafts) + 1
 
 
 def after_disagreement(large_prob: float | None, ctx: MAIContext) -> Literal["large", "escalate"]:

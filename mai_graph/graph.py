@@ -1,18 +1,20 @@
-"""The MAI graph: ``create_mai_graph(small, large) -> StateGraph`` and its routing functions."""
+"""The MAI graph: ``create_mai_graph(small, large, *larger) -> StateGraph`` and its routing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy
 
-from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, SparsifyStrategy, mai_settings
 from mai_graph.errors import BackendError, ConfigError
+from mai_graph.lineup import Lineup
 from mai_graph.nodes.answer import make_answer
+from mai_graph.nodes.escalate import make_escalate
 from mai_graph.nodes.extract import make_extract
 from mai_graph.nodes.reason import make_reason
 from mai_graph.nodes.review import make_review
@@ -22,10 +24,18 @@ from mai_graph.scoring import TokenScorer, default_scorers
 from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState, MAIState, OutputState
 
-__all__ = ["NODES", "create_mai_graph", "mermaid", "route_after_extract", "route_after_verify"]
+__all__ = [
+    "NODES",
+    "create_mai_graph",
+    "mermaid",
+    "route_after_answer",
+    "route_after_extract",
+    "route_after_verify",
+]
 
 NODES = ("verify", "reason", "extract", "sparsify", "answer")
-_MODEL_NODES = ("verify", "reason", "extract", "answer")
+_MODEL_NODES = ("verify", "reason", "extract", "answer", "escalate")
+_TIMED_NODES = (*NODES, "escalate")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -58,10 +68,15 @@ def route_after_extract(state: MAIState) -> Literal["done", "transfer"]:
     return "done" if state.get("route") else "transfer"
 
 
+def route_after_answer(state: MAIState) -> Literal["done", "escalate"]:
+    """Chains: ``done`` when the last stage answered, else on to the next stage."""
+    return "done" if state.get("route") else "escalate"
+
+
 def create_mai_graph(
-    small: VLMBackend,
+    small: VLMBackend | Sequence[VLMBackend],
     large: VLMBackend,
-    *,
+    *larger: VLMBackend,
     retry_policy: RetryPolicy | None = DEFAULT_RETRY,
     timeouts: float | Mapping[str, float] | None = None,
     scorers: Mapping[str, TokenScorer] | None = None,
@@ -75,13 +90,26 @@ def create_mai_graph(
     ``answer`` (large reads the reasoning, answers short). Per-run settings come from the
     context (:class:`MAIContext`), including the baseline policies.
 
+    Two more shapes use the same nodes (see :mod:`mai_graph.lineup`):
+
+    - **Drafters:** ``small`` may be several backends; each drafts the answer (and, on
+      escalation, its reasoning), concurrently. A run may also sample ``drafts`` > 1 drafts
+      per small model. ``draft_quorum`` decides which agreement ends a run, ``draft_rank``
+      which reasonings the large model reads (``transfer_drafts`` of them).
+    - **Chains:** ``create_mai_graph(m0, m1, m2, ...)``, smallest first. Stage ``s`` runs MAI
+      for the pair (``m[s-1]``, ``m[s]``); when ``m[s]`` answers after a transfer and a larger
+      model follows, the ``escalate`` node verifies that answer against the next model's short
+      answer, and only a disagreement escalates again. Outputs and metrics records carry
+      ``stage``; the baselines compare the smallest (``small``) and the largest (``large``).
+
     Args:
-        small: The small model's backend.
-        large: The large model's backend.
+        small: The small model's backend, or a sequence of drafter backends.
+        large: The large model's backend (the next stage's, in a chain).
+        *larger: Further models of a chain, in increasing size.
         retry_policy: Retry policy of the model-calling nodes (default: transient backend
             errors, 3 attempts); ``None`` for no retries.
         timeouts: Seconds per node attempt: one number for every model node, or
-            ``{node: seconds}``.
+            ``{node: seconds}`` (``escalate`` too, in chains).
         scorers: Token scorers by strategy name, added to (or replacing) the defaults:
             ``surprisal`` and ``relevance``, plus ``attention`` when ``small`` is a
             ``TransformersBackend``. On vLLM, add ``{"attention": AttentionScorer(path)}``.
@@ -106,8 +134,7 @@ def create_mai_graph(
         >>> out["route"], out["canonical"]
         ('agree', 'yes')
     """
-    check_backend(small, "small")
-    check_backend(large, "large")
+    lineup = Lineup.of(small, large, *larger)
     if image_policy is not None and not isinstance(image_policy, ImagePolicy):
         raise ConfigError(
             f"image_policy must be an ImagePolicy or None, got {image_policy!r}",
@@ -123,7 +150,7 @@ def create_mai_graph(
             fix="pass langgraph.types.RetryPolicy(...)",
         )
     per_node = _timeouts(timeouts)
-    table = {**default_scorers(small), **_scorers(scorers)}
+    table = {**default_scorers(lineup.small), **_scorers(scorers)}
 
     builder = StateGraph(
         MAIState,
@@ -132,13 +159,16 @@ def create_mai_graph(
         output_schema=OutputState,
     )
     makers = {
-        "verify": make_verify(small, large, image_policy),
-        "reason": make_reason(small, large),
-        "extract": make_extract(small, large),
-        "sparsify": make_sparsify(small, large, table),
-        "answer": make_answer(large),
+        "verify": make_verify(lineup, image_policy),
+        "reason": make_reason(lineup),
+        "extract": make_extract(lineup),
+        "sparsify": make_sparsify(lineup, table),
+        "answer": make_answer(lineup),
     }
-    for name in NODES:
+    chain = lineup.stages > 1
+    if chain:
+        makers["escalate"] = make_escalate(lineup)
+    for name in makers:
         model_node = name in _MODEL_NODES
         builder.add_node(
             name,
@@ -159,7 +189,15 @@ def create_mai_graph(
         "extract", route_after_extract, {"done": END, "transfer": "sparsify"}
     )
     builder.add_edge("sparsify", "answer")
-    builder.add_edge("answer", END)
+    if chain:
+        builder.add_conditional_edges(
+            "answer", route_after_answer, {"done": END, "escalate": "escalate"}
+        )
+        builder.add_conditional_edges(
+            "escalate", route_after_verify, {"done": END, "disagree": "reason"}
+        )
+    else:
+        builder.add_edge("answer", END)
     return builder
 
 
@@ -191,10 +229,10 @@ def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:
     if isinstance(timeouts, int | float) and not isinstance(timeouts, bool):
         table = dict.fromkeys(_MODEL_NODES, float(timeouts))
     elif isinstance(timeouts, Mapping):
-        unknown = sorted(set(timeouts) - set(NODES))
+        unknown = sorted(set(timeouts) - set(_TIMED_NODES))
         if unknown:
             raise ConfigError(
-                f"unknown nodes in timeouts: {unknown}; nodes are {list(NODES)}",
+                f"unknown nodes in timeouts: {unknown}; nodes are {list(_TIMED_NODES)}",
                 parameter="timeouts",
                 value=dict(timeouts),
                 fix="key timeouts by node name",
@@ -214,12 +252,14 @@ def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:
     return table
 
 
-def mermaid() -> str:
+def mermaid(models: int = 2) -> str:
     """The graph's Mermaid diagram, as drawn by LangGraph from the compiled graph.
 
-    ``mai-graph diagram`` prints it (docs/architecture.md embeds it).
+    ``mai-graph diagram`` prints it (docs/architecture.md embeds it); ``models`` > 2 draws a
+    chain's graph (its ``escalate`` loop).
     """
     from mai_graph.backends.fake import ScriptedBackend
 
-    graph = create_mai_graph(ScriptedBackend(), ScriptedBackend()).compile(name="mai")
+    backends = [ScriptedBackend() for _ in range(max(2, models))]
+    graph = create_mai_graph(*backends).compile(name="mai")
     return str(graph.get_graph().draw_mermaid())

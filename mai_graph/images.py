@@ -46,6 +46,7 @@ __all__ = [
     "check_ref",
     "image_ref",
     "load_image",
+    "store_bytes",
     "store_dir",
 ]
 
@@ -369,8 +370,7 @@ def store_dir() -> Path:
 
 def _store(img: PILImage.Image, digest: str) -> Path:
     """The store's copy of ``img`` (written once, named by its hash); marks it recently used."""
-    directory = store_dir()
-    path = directory / f"{digest}.png"
+    path = store_dir() / f"{digest}.png"
     try:
         os.utime(path)  # already stored: keep it from eviction
         return path
@@ -378,9 +378,26 @@ def _store(img: PILImage.Image, digest: str) -> Path:
         pass
     buf = io.BytesIO()
     img.save(buf, format="PNG")
-    data = buf.getvalue()
+    return store_bytes(buf.getvalue(), path.name)
+
+
+def store_bytes(data: bytes, name: str) -> Path:
+    """Keep ``data`` in the image store as ``name``; marks it recently used (blocking).
+
+    ``name`` is a content hash with a ``.png`` or ``.vid`` suffix; the file is written once and
+    evicted like the store's images.
+
+    Videos given inline are kept here so decoders can read them as files (blocking).
+    """
+    directory = store_dir()
+    path = directory / name
+    try:
+        os.utime(path)  # already stored: keep it from eviction
+        return path
+    except FileNotFoundError:
+        pass
     _prune(directory, need=len(data))
-    tmp = directory / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp = directory / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
         with open(os.open(tmp, flags, 0o600), "wb", closefd=True) as f:
@@ -422,7 +439,7 @@ def _prune(directory: Path, *, need: int = 0) -> None:
                 _unlink(entry.path)
                 continue
             total += info.st_size
-            if entry.name.endswith(".png"):
+            if entry.name.endswith((".png", ".vid")):
                 files.append((info.st_mtime, info.st_size, entry.path))
     if total + need <= limit:
         return

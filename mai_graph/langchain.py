@@ -1,7 +1,8 @@
 """LangChain / chat-agent integration: messages in, MAI, an ``AIMessage`` out.
 
-- :func:`messages_to_input` reads the question, the image and the options off the last human
-  message (text and image content parts: data URLs, base64 blocks, paths, URLs).
+- :func:`messages_to_input` reads the question, the images (every one, in order), a video and
+  the options off the last human message (text, image and video content parts: data URLs,
+  base64 blocks, paths, URLs).
 - :func:`result_message` turns a run's output into an ``AIMessage`` whose ``usage_metadata``
   and ``response_metadata`` carry tokens, route and latency.
 - :func:`create_mai_chat_graph` wraps MAI for ``MessagesState`` graphs (chat agents,
@@ -76,13 +77,34 @@ def _image_source(part: Mapping[str, Any]) -> str:
     return url
 
 
+def _video_source(part: Mapping[str, Any]) -> str:
+    """The video of a content part as given (``video_url`` parts, LangChain ``video`` blocks)."""
+    url = part.get("video_url")
+    url = url.get("url") if isinstance(url, Mapping) else url
+    url = url or part.get("url") or part.get("path") or part.get("file_path")
+    data = part.get("base64") or (part.get("data") if part.get("source_type") == "base64" else None)
+    if data:
+        url = f"data:{part.get('mime_type') or 'video/mp4'};base64,{data}"
+    if not isinstance(url, str) or not url:
+        raise ImageError(
+            f"video content part has no usable source: {sorted(part)}",
+            parameter="messages",
+            fix="give the video as a data URL or base64 data",
+        )
+    return url
+
+
 def messages_to_input(
     messages: Sequence[BaseMessage], options: Options | None = None
 ) -> InputState:
     """The MAI input from the last human message.
 
-    Text parts form the question; the first image part is the image. Options come from
-    ``options``, or the message's ``additional_kwargs["options"]``.
+    Text parts form the question; every image part reaches the models, in order (the first as
+    ``image``, the rest as ``images``); a video part (``video_url``, or a ``video`` block) is
+    the video. Options come from ``options``, or the message's ``additional_kwargs["options"]``.
+
+    Raises:
+        ImageError: A media part has no usable source, or the message holds several videos.
     """
     human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
     if human is None:
@@ -92,22 +114,37 @@ def messages_to_input(
             fix="end the conversation with a HumanMessage holding the question (and image)",
         )
     texts: list[str] = []
-    image: str | None = None
+    images: list[str] = []
+    videos: list[str] = []
     content = human.content
     for part in [content] if isinstance(content, str) else content:
         if isinstance(part, str):
             texts.append(part)
         elif part.get("type") == "text":
             texts.append(str(part.get("text", "")))
-        elif part.get("type") in ("image_url", "image") and image is None:
-            image = _image_source(part)
+        elif part.get("type") in ("image_url", "image"):
+            images.append(_image_source(part))
+        elif part.get("type") in ("video_url", "video"):
+            videos.append(_video_source(part))
+    if len(videos) > 1:
+        raise ImageError(
+            f"a message may carry one video, got {len(videos)}",
+            parameter="messages",
+            value=len(videos),
+            fix="send one video (or its frames as images of separate questions)",
+        )
     opts = options if options is not None else human.additional_kwargs.get("options")
     # Every input key is written, None included: on a reused thread nothing is inherited.
-    return InputState(
+    inputs = InputState(
         question=" ".join(t.strip() for t in texts if t.strip()),
-        image=image,
+        image=images[0] if images else None,
         options=(dict(opts) if isinstance(opts, Mapping) else list(opts)) if opts else None,
     )
+    if len(images) > 1:
+        inputs["images"] = images[1:]
+    if videos:
+        inputs["video"] = videos[0]
+    return inputs
 
 
 def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "mai") -> AIMessage:

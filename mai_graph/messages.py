@@ -1,8 +1,9 @@
 """Chat messages as the graph builds them and every backend reads them.
 
-Images travel as validated references (:class:`~mai_graph.images.ImageRef`), never pixels, and
-content parts keep their order (image before question), which is what lets engines share a
-prompt prefix across calls.
+Images and videos travel as validated references (:class:`~mai_graph.images.ImageRef`,
+:class:`~mai_graph.media.VideoRef`), never pixels, and content parts keep their order (images,
+then the video, before the question), which is what lets engines share a prompt prefix across
+calls.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Literal, NotRequired
 from typing_extensions import TypedDict
 
 from mai_graph.images import ImageRef
+from mai_graph.media import VideoRef
 
-__all__ = ["ImagePart", "Message", "Part", "TextPart"]
+__all__ = ["ImagePart", "Message", "Part", "TextPart", "VideoPart"]
 
 
 class TextPart(TypedDict):
@@ -33,11 +35,18 @@ class ImagePart(TypedDict):
     image: ImageRef
 
 
-Part = TextPart | ImagePart
+class VideoPart(TypedDict):
+    """A video content part (a validated reference to its sampled frames, never pixels)."""
+
+    type: Literal["video"]
+    video: VideoRef
+
+
+Part = TextPart | ImagePart | VideoPart
 
 
 class Message(TypedDict):
-    """A chat message; ``content`` parts keep their order (image before question)."""
+    """A chat message; ``content`` parts keep their order (images and video before question)."""
 
     role: Literal["system", "user", "assistant"]
     content: list[Part]

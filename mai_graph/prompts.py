@@ -1,8 +1,10 @@
 """Prompt builders. Shared prefixes come first so the engines' prefix caches hit.
 
-Every prompt is ``system, [image, question block, <varying part>]``: the short answer, the
-chain of thought and the transfer prompt differ only after the question block, and the S2
-prompt is the chain-of-thought conversation with one more turn appended.
+Every prompt is ``system, [images..., video, question block, <varying part>]``: the short
+answer, the chain of thought and the transfer prompt differ only after the question block, and
+the S2 prompt is the chain-of-thought conversation with one more turn appended. Images keep
+the order they were given in, and come before the video; with media first and identical in
+every call, each engine's prefix cache serves them to every later call of a run.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from collections.abc import Mapping, Sequence
 from mai_graph.answers import AnswerKind, Options
 from mai_graph.context import MAIContext
 from mai_graph.images import ImageRef
+from mai_graph.media import VideoRef
 from mai_graph.messages import Message, Part, TextPart
+
+Images = ImageRef | Sequence[ImageRef] | None
+"""The images of a prompt: one, several in order, or none."""
 
 __all__ = [
     "SYSTEM_PROMPT",
+    "Images",
     "cot_messages",
     "option_letters",
     "question_block",
@@ -36,6 +43,10 @@ COT_INSTRUCTION = (
 S2_INSTRUCTION = "Based on your reasoning above, give only the final answer."
 TRANSFER_PREAMBLE = (
     "Key points from another assistant's reasoning about this question (selected words, in "
+    "order; they may be incomplete):\n"
+)
+TRANSFERS_PREAMBLE = (
+    "Key points from {n} other assistants' reasoning about this question (selected words, in "
     "order; they may be incomplete):\n"
 )
 _FORMATS: dict[str, str] = {
@@ -82,7 +93,11 @@ def short_instruction(ctx: MAIContext, kind: AnswerKind) -> str:
 
 
 def _head(
-    ctx: MAIContext, image: ImageRef | None, question: str, options: Options | None
+    ctx: MAIContext,
+    image: Images,
+    question: str,
+    options: Options | None,
+    videos: Sequence[VideoRef] = (),
 ) -> tuple[Message, list[Part]]:
     system: Message = {
         "role": "system",
@@ -90,29 +105,38 @@ def _head(
     }
     parts: list[Part] = []
     if image is not None:
-        parts.append({"type": "image", "image": image})
+        if isinstance(image, Sequence):
+            parts.extend({"type": "image", "image": ref} for ref in image)
+        else:
+            parts.append({"type": "image", "image": image})
+    parts.extend({"type": "video", "video": video} for video in videos)
     parts.append({"type": "text", "text": question_block(question, options)})
     return system, parts
 
 
 def short_messages(
     ctx: MAIContext,
-    image: ImageRef | None,
+    image: Images,
     question: str,
     options: Options | None,
     kind: AnswerKind,
+    videos: Sequence[VideoRef] = (),
 ) -> tuple[Message, ...]:
     """Prompt for a short answer (mutual verification and baselines)."""
-    system, parts = _head(ctx, image, question, options)
+    system, parts = _head(ctx, image, question, options, videos)
     parts.append({"type": "text", "text": short_instruction(ctx, kind)})
     return system, {"role": "user", "content": parts}
 
 
 def cot_messages(
-    ctx: MAIContext, image: ImageRef | None, question: str, options: Options | None
+    ctx: MAIContext,
+    image: Images,
+    question: str,
+    options: Options | None,
+    videos: Sequence[VideoRef] = (),
 ) -> tuple[Message, ...]:
     """Prompt for the chain of thought."""
-    system, parts = _head(ctx, image, question, options)
+    system, parts = _head(ctx, image, question, options, videos)
     parts.append({"type": "text", "text": ctx.cot_instruction or COT_INSTRUCTION})
     return system, {"role": "user", "content": parts}
 
@@ -138,23 +162,37 @@ def s2_messages(
 
 def transfer_messages(
     ctx: MAIContext,
-    image: ImageRef | None,
+    image: Images,
     question: str,
     options: Options | None,
     kind: AnswerKind,
-    transfer: str,
+    transfer: str | Sequence[tuple[str, Sequence[int] | None]],
     transfer_token_ids: Sequence[int] | None = None,
+    videos: Sequence[VideoRef] = (),
 ) -> tuple[Message, ...]:
     """The large model's final prompt: its verify prefix, the transferred reasoning, the ask.
 
     With ``transfer_token_ids`` the kept tokens travel as ids (small and large share a
-    tokenizer), so the large model reads exactly the tokens that were selected.
+    tokenizer), so the large model reads exactly the tokens that were selected. ``transfer``
+    may also be several ``(text, token_ids)`` pieces (the best drafts' reasonings, best first),
+    each shown as a numbered item.
     """
-    system, parts = _head(ctx, image, question, options)
-    parts.append({"type": "text", "text": ctx.transfer_preamble or TRANSFER_PREAMBLE})
-    kept: TextPart = {"type": "text", "text": transfer.strip()}
-    if transfer_token_ids:
-        kept["token_ids"] = list(transfer_token_ids)
-    parts.append(kept)
+    system, parts = _head(ctx, image, question, options, videos)
+    if isinstance(transfer, str):
+        parts.append({"type": "text", "text": ctx.transfer_preamble or TRANSFER_PREAMBLE})
+        parts.append(_kept(transfer, transfer_token_ids))
+    else:
+        preamble = ctx.transfer_preamble or TRANSFERS_PREAMBLE.format(n=len(transfer))
+        parts.append({"type": "text", "text": preamble})
+        for i, (text, ids) in enumerate(transfer, start=1):
+            parts.append({"type": "text", "text": ("" if i == 1 else "\n") + f"[{i}] "})
+            parts.append(_kept(text, ids))
     parts.append({"type": "text", "text": "\n" + short_instruction(ctx, kind)})
     return system, {"role": "user", "content": parts}
+
+
+def _kept(text: str, token_ids: Sequence[int] | None) -> TextPart:
+    kept: TextPart = {"type": "text", "text": text.strip()}
+    if token_ids:
+        kept["token_ids"] = list(token_ids)
+    return kept

@@ -17,8 +17,10 @@ from typing import Any
 from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
 from mai_graph.backends.base import GenerationRequest
 from mai_graph.context import MAIContext
+from mai_graph.errors import ImageError
 from mai_graph.images import ImageRef
 from mai_graph.limits import check_question, fit_image
+from mai_graph.media import VideoRef, check_image_count, check_media, resolve_video
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import Request
@@ -26,6 +28,7 @@ from mai_graph.state import Request
 __all__ = [
     "Question",
     "affinity_key",
+    "image_sources",
     "answer_request",
     "cot_request",
     "s2_request",
@@ -39,26 +42,52 @@ class Question:
 
     text: str
     image: ImageRef | None
+    """The first image (None without images)."""
     options: dict[str, str] | None
     """Option letter → option text, in display order."""
     kind: AnswerKind
+    images: tuple[ImageRef, ...] = ()
+    """Every image, in order (may be left empty when there is only ``image``)."""
+    videos: tuple[VideoRef, ...] = ()
+    """The video (at most one), its frames sampled."""
+
+    @property
+    def all_images(self) -> tuple[ImageRef, ...]:
+        """Every image, in the order the models see them."""
+        if self.images:
+            return self.images
+        return () if self.image is None else (self.image,)
 
     @classmethod
     def from_input(
         cls, state: Mapping[str, Any], ctx: MAIContext, policy: ImagePolicy | None = None
     ) -> Question:
-        """Validate a run's raw inputs; turns a path / data URL / bytes into an ImageRef.
+        """Validate a run's raw inputs; turns paths / data URLs / bytes into references.
 
-        The image is accepted under ``policy`` (None: a trusted caller's, any local path), and
-        the question and image are held to :mod:`mai_graph.limits` (images too small for the
-        vision processors are scaled up, extreme aspect ratios refused).
+        ``image`` (one) and ``images`` (several, after it) are accepted under ``policy`` (None:
+        a trusted caller's, any local path), as is ``video`` (its frames sampled by the
+        context's ``video_fps`` and ``max_frames``); the question and every image are held to
+        :mod:`mai_graph.limits` (images too small for the vision processors are scaled up,
+        extreme aspect ratios refused), and the count and total pixels of the question's media
+        to the policy's limits (:func:`~mai_graph.media.check_media`).
         Blocking (file reads, image decoding, the image store): call it off the event loop.
         """
         text = check_question(state.get("question"))
         options = normalize_options(state.get("options"))
-        raw = state.get("image")
-        image = fit_image(resolve_image(raw, policy)) if raw is not None else None
-        return cls(text, image, options, resolve_kind(ctx.answer_kind, options))
+        sources = image_sources(state)
+        check_image_count(len(sources), policy)  # before decoding any of them
+        images = tuple(fit_image(resolve_image(raw, policy)) for raw in sources)
+        raw_video = state.get("video")
+        videos: tuple[VideoRef, ...] = ()
+        if raw_video is not None:
+            video = resolve_video(
+                raw_video, policy, video_fps=ctx.video_fps, max_frames=ctx.max_frames
+            )
+            videos = (video,)
+        if len(images) > 1 or videos:
+            check_media(images, videos, policy)
+        first = images[0] if images else None
+        return cls(text, first, options, resolve_kind(ctx.answer_kind, options), images, videos)
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], ctx: MAIContext) -> Question:
@@ -66,18 +95,51 @@ class Question:
         request = state["request"]
         options = request["options"]
         return cls(
-            request["question"], request["image"], options, resolve_kind(ctx.answer_kind, options)
+            request["question"],
+            request["image"],
+            options,
+            resolve_kind(ctx.answer_kind, options),
+            tuple(request.get("images") or ()),
+            tuple(request.get("videos") or ()),
         )
 
     def as_request(self) -> Request:
-        """The state's record of this run's inputs."""
-        return Request(question=self.text, image=self.image, options=self.options)
+        """The state's record of this run's inputs (``images`` / ``videos`` when it has any)."""
+        request = Request(question=self.text, image=self.image, options=self.options)
+        if self.image is not None:
+            request["images"] = list(self.all_images)
+        if self.videos:
+            request["videos"] = list(self.videos)
+        return request
 
     def choices(self, ctx: MAIContext) -> tuple[str, ...] | None:
         """Constrained outputs for short answers: the option letters (multiple choice)."""
         if self.kind == "choice" and self.options and ctx.constrain_choices:
             return tuple(self.options)
         return None
+
+
+def image_sources(state: Mapping[str, Any]) -> list[Any]:
+    """A run's raw image inputs in order: ``image``, then each of ``images``.
+
+    >>> image_sources({"image": "a.png", "images": ["b.png", "c.png"]})
+    ['a.png', 'b.png', 'c.png']
+
+    Raises:
+        ImageError: ``images`` is not a list.
+    """
+    first = state.get("image")
+    more = state.get("images")
+    if more is None:
+        return [] if first is None else [first]
+    if not isinstance(more, list | tuple):
+        raise ImageError(
+            f"images must be a list of images, got {type(more).__name__}",
+            parameter="images",
+            value=repr(more)[:80],
+            fix="give images as a list (one image: use image)",
+        )
+    return ([] if first is None else [first]) + list(more)
 
 
 def affinity_key(q: Question) -> str:
@@ -99,7 +161,7 @@ def affinity_key(q: Question) -> str:
 def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
     """A short answer (verification and the short baselines); logprobs give its probability."""
     return GenerationRequest(
-        messages=short_messages(ctx, q.image, q.text, q.options, q.kind),
+        messages=short_messages(ctx, q.all_images, q.text, q.options, q.kind, q.videos),
         max_tokens=ctx.short_max_tokens,
         choices=q.choices(ctx),
         temperature=ctx.temperature,
@@ -113,7 +175,7 @@ def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
 def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
     """The chain of thought (its generated logprobs come free and feed the scorers)."""
     return GenerationRequest(
-        messages=cot_messages(ctx, q.image, q.text, q.options),
+        messages=cot_messages(ctx, q.all_images, q.text, q.options, q.videos),
         max_tokens=ctx.cot_max_tokens,
         min_tokens=ctx.cot_min_tokens,
         temperature=ctx.temperature,
@@ -131,7 +193,7 @@ def s2_request(
 
     The sparsify node scores tokens over this same prompt (attention strategy).
     """
-    cot = cot_messages(ctx, q.image, q.text, q.options)
+    cot = cot_messages(ctx, q.all_images, q.text, q.options, q.videos)
     return GenerationRequest(
         messages=s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind),
         max_tokens=ctx.s2_max_tokens,
@@ -145,12 +207,19 @@ def s2_request(
 
 
 def answer_request(
-    q: Question, ctx: MAIContext, transfer: str, transfer_token_ids: Sequence[int] | None
+    q: Question,
+    ctx: MAIContext,
+    transfer: str | Sequence[tuple[str, Sequence[int] | None]],
+    transfer_token_ids: Sequence[int] | None,
 ) -> GenerationRequest:
-    """The large model's short answer after reading the transferred reasoning."""
+    """The large model's short answer after reading the transferred reasoning.
+
+    ``transfer`` may also be several drafts' reasonings, as ``(text, token_ids)`` pieces, best
+    first.
+    """
     return GenerationRequest(
         messages=transfer_messages(
-            ctx, q.image, q.text, q.options, q.kind, transfer, transfer_token_ids
+            ctx, q.all_images, q.text, q.options, q.kind, transfer, transfer_token_ids, q.videos
         ),
         max_tokens=ctx.short_max_tokens,
         choices=q.choices(ctx),

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mai_graph.state import NodeMetrics, Sparsification
+from mai_graph.state import Draft, NodeMetrics, Sparsification
 
 __all__ = ["MAIResult", "format_calls", "totals"]
 
@@ -35,17 +35,35 @@ def _prob(p: float | None) -> str:
     return "-" if p is None else f"{p:.2f}"
 
 
+def _who(m: Mapping[str, Any]) -> str:
+    """The role of a call, with its chain stage and draft when it has them.
+
+    >>> _who({"role": "small", "stage": 2}), _who({"role": "small", "drafter": 1})
+    ('small@2', 'small#1')
+    """
+    who = str(m["role"])
+    if m.get("stage") is not None:
+        who += f"@{m['stage']}"
+    if m.get("drafter") is not None:
+        who += f"#{m['drafter']}"
+    return who
+
+
 def format_calls(metrics: Sequence[Mapping[str, Any]]) -> str:
-    """A table of per-call metrics (one row per model call)."""
+    """A table of per-call metrics (one row per model call).
+
+    The role reads ``small@2`` for a chain's stage 2 and ``small#1`` for draft 1.
+    """
+    width = max([6] + [len(_who(m)) for m in metrics])
     head = (
-        f"  {'node':<8} {'role':<6} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} "
+        f"  {'node':<8} {'role':<{width}} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} "
         f"{'ttft':>6} {'p':>5}"
     )
     rows = [head]
     for m in metrics:
         cached = "-" if m["cached_tokens"] is None else str(m["cached_tokens"])
         rows.append(
-            f"  {m['node']:<8} {m['role']:<6} {m['prompt_tokens']:>7} {cached:>7} "
+            f"  {m['node']:<8} {_who(m):<{width}} {m['prompt_tokens']:>7} {cached:>7} "
             f"{m['generated_tokens']:>5} {_ms(m['latency_s']):>7} {_ms(m['ttft_s']):>6} "
             f"{_prob(m.get('answer_prob')):>5}"
         )
@@ -74,6 +92,10 @@ class MAIResult:
     large_prob: float | None = None
     """The large model's probability for its short answer, when its backend gives logprobs."""
     sparsification: Sparsification | None = None
+    stage: int | None = None
+    """Graphs over a chain: the stage that ended the run (1 = the first pair)."""
+    drafts: list[Draft] | None = None
+    """Runs with several drafts: each draft's answers (and reasoning, when it escalated)."""
     totals: dict[str, float] = field(default_factory=dict)
     """Sums over ``metrics``: calls, prompt / cached / generated tokens, model seconds."""
 
@@ -93,6 +115,8 @@ class MAIResult:
             small_prob=out.get("small_prob"),
             large_prob=out.get("large_prob"),
             sparsification=out.get("sparsification"),
+            stage=out.get("stage"),
+            drafts=out.get("drafts"),
             totals=totals(metrics),
         )
 
@@ -102,8 +126,9 @@ class MAIResult:
 
     def format(self) -> str:
         """A human-readable summary: route, answers, sparsification, per-call table, totals."""
+        stage = "" if self.stage is None else f" (stage {self.stage})"
         lines = [
-            f"route:     {self.route}",
+            f"route:     {self.route}{stage}",
             f"answer:    {self.answer!r} (canonical: {self.canonical})",
         ]
         for label, value, prob in (
@@ -114,6 +139,10 @@ class MAIResult:
             if value is not None:
                 p = "" if prob is None else f"  (p={prob:.2f})"
                 lines.append(f"{label + ':':<10} {value!r}{p}")
+        for d in self.drafts or ():
+            s2 = f", s2 {d['s2_answer']!r}" if "s2_answer" in d else ""
+            rank = f", rank {d['rank']}" if "rank" in d else ""
+            lines.append(f"draft {d['drafter']}:   {d['answer']!r}{s2}{rank} ({d['model']})")
         if self.sparsification:
             s = self.sparsification
             lines.append(

@@ -36,10 +36,25 @@ from urllib.request import url2pathname
 from mai_graph.errors import ConfigError, ImageAccessError, ImageError, ImageMismatchError
 from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, check_ref, make_ref, read_file
 
-__all__ = ["DEFAULT_MAX_BYTES", "ImagePolicy", "is_public_address", "resolve_image"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_IMAGES",
+    "DEFAULT_MAX_TOTAL_PIXELS",
+    "ImagePolicy",
+    "decode_base64",
+    "is_public_address",
+    "readable_path",
+    "resolve_image",
+]
 
 DEFAULT_MAX_BYTES = 20_000_000
 """Largest encoded image an untrusted caller may send or a URL may return (20 MB)."""
+
+DEFAULT_MAX_IMAGES = 16
+"""Most images one question may carry (``ImagePolicy.max_images``)."""
+
+DEFAULT_MAX_TOTAL_PIXELS = 100_000_000
+"""Most pixels of all images and sampled video frames of one question together."""
 
 MAX_REDIRECTS = 3
 """Redirects followed per URL fetch; each target is checked like the first URL."""
@@ -82,6 +97,10 @@ class ImagePolicy:
     """Whole-fetch time limit for a URL (connect, redirects, body)."""
     max_pixels: int = DEFAULT_MAX_PIXELS
     """Refuse images with more pixels than this (decompression-bomb guard)."""
+    max_images: int = DEFAULT_MAX_IMAGES
+    """Most images one question may carry."""
+    max_total_pixels: int = DEFAULT_MAX_TOTAL_PIXELS
+    """Most pixels of one question's images and sampled video frames together."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(r) for r in ([self.roots] if isinstance(self.roots, str | Path)
@@ -100,10 +119,9 @@ class ImagePolicy:
             )
         if not self.timeout_s > 0:
             raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}", parameter="timeout_s")
-        if not self.max_pixels > 0:
-            raise ConfigError(
-                f"max_pixels must be > 0, got {self.max_pixels}", parameter="max_pixels"
-            )
+        for name in ("max_pixels", "max_images", "max_total_pixels"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}", parameter=name)
         object.__setattr__(self, "roots", roots)
 
     @classmethod
@@ -323,6 +341,35 @@ def _from_path(path: str, given: str, policy: ImagePolicy) -> ImageRef:
     # Inside a root every error may say what it is: those files are the caller's to read.
     data = read_file(real, max_bytes=policy.max_bytes, nofollow=True)
     return make_ref(data, path, max_pixels=policy.max_pixels, file=real)
+
+
+def readable_path(source: str, policy: ImagePolicy) -> tuple[Path, bool]:
+    """The file a path or ``file://`` URL names, if ``policy`` lets the caller read it.
+
+    For media other than single images (videos) that are read the same way; nothing is read.
+
+    Returns:
+        The path, and whether a symbolic link as its last component must be refused (files
+        under the allowed roots of an untrusted policy).
+
+    Raises:
+        ImageAccessError: The policy refuses the path (one message for every refused path).
+    """
+    given = source
+    if source[:5].lower() == "file:":
+        source = _file_url_path(source, policy)
+    if policy.allow_paths:
+        return Path(source).expanduser(), False
+    return _confined(source, given, policy), True
+
+
+def decode_base64(text: str, label: str, policy: ImagePolicy) -> bytes:
+    """Base64 text (whitespace allowed) as bytes, held to the policy's byte cap.
+
+    Raises:
+        ImageError: Not valid base64, empty, or over ``policy.max_bytes``.
+    """
+    return _decode_base64(text, label, policy)
 
 
 def _reference(ref: ImageRef, policy: ImagePolicy) -> ImageRef:

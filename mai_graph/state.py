@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Annotated, Literal, NotRequired, get_type_hints
+from typing import Annotated, Any, Literal, NotRequired, get_type_hints
 
 from pydantic import Field
 from typing_extensions import TypedDict
 
 from mai_graph.images import ImageRef
+from mai_graph.media import VideoRef
 
 __all__ = [
+    "Draft",
     "InputState",
     "MAIState",
     "NodeMetrics",
@@ -19,6 +21,7 @@ __all__ = [
     "Request",
     "Route",
     "Sparsification",
+    "TransferPiece",
     "run_keys",
 ]
 
@@ -61,6 +64,11 @@ class NodeMetrics(TypedDict):
     latency_s: float
     ttft_s: float | None
     """Time to first token, when the backend reports it."""
+    stage: NotRequired[int]
+    """Graphs over a chain of models: the stage of the call (stage ``s`` pairs the chain's
+    model ``s - 1`` as ``small`` with model ``s`` as ``large``)."""
+    drafter: NotRequired[int]
+    """Runs with several drafts: which draft made the call (its position in ``drafts``)."""
     finish_reason: str
     answer_prob: float | None
     """For answer calls (short, S2, transfer answer): the model's probability for the text it
@@ -99,6 +107,29 @@ class InputState(TypedDict):
     ]
     """A file path, a ``data:image/...;base64,`` URL, or an :class:`ImageRef`; the first node
     turns it into a reference."""
+    images: NotRequired[
+        Annotated[
+            list[ImageRef | str] | None,
+            Field(
+                description="Several images, in order (before/after, charts to compare): each "
+                "a data URL, plain base64, or a file path the server may read. With image, "
+                "that one comes first."
+            ),
+        ]
+    ]
+    """Several images, in the order the model sees them (after ``image``, if both are given)."""
+    video: NotRequired[
+        Annotated[
+            VideoRef | str | list[str] | dict[str, Any] | None,
+            Field(
+                description="A short video: a data URL (data:video/mp4;base64,...) or a file "
+                "path the server may read, or its frames as a list of images (or "
+                '{"frames": [...], "fps": 2}). Frames are sampled by video_fps and max_frames.'
+            ),
+        ]
+    ]
+    """A video file, its frames, or a :class:`~mai_graph.media.VideoRef`; the first node samples
+    its frames (``video_fps``, ``max_frames``) and keeps a reference."""
     options: NotRequired[
         Annotated[
             Mapping[str, str] | list[str] | None,
@@ -117,8 +148,45 @@ class Request(TypedDict):
 
     question: str
     image: ImageRef | None
+    """The first image (None without images)."""
+    images: NotRequired[list[ImageRef]]
+    """Every image, in order (the first is ``image``)."""
+    videos: NotRequired[list[VideoRef]]
+    """The video, when there is one (a list, as engines count media per kind)."""
     options: dict[str, str] | None
     """Option letter → option text, in display order."""
+
+
+class Draft(TypedDict):
+    """One draft of a run with several drafts (drafter models, or samples of one small model)."""
+
+    drafter: int
+    """Its position in the run's drafts."""
+    model: str
+    """The drafting model's backend name."""
+    answer: str
+    """Its short answer (verify)."""
+    canonical: str
+    prob: float | None
+    reasoning: NotRequired[str]
+    """Its chain of thought, when the run escalated (reason)."""
+    reasoning_token_ids: NotRequired[list[int]]
+    reasoning_tokens: NotRequired[list[str] | None]
+    reasoning_logprobs: NotRequired[list[float] | None]
+    s2_answer: NotRequired[str]
+    """Its answer extracted over its reasoning (extract)."""
+    s2_canonical: NotRequired[str]
+    s2_prob: NotRequired[float | None]
+    rank: NotRequired[int]
+    """Its place in the ranking of reasonings (0 = best; ``draft_rank``)."""
+
+
+class TransferPiece(TypedDict):
+    """One draft's sparsified reasoning, as the large model reads it."""
+
+    drafter: int
+    text: str
+    token_ids: list[int] | None
 
 
 class OutputState(TypedDict):
@@ -136,6 +204,11 @@ class OutputState(TypedDict):
     large_prob: NotRequired[float | None]
     s2_answer: NotRequired[str]
     sparsification: NotRequired[Sparsification]
+    stage: NotRequired[int]
+    """Graphs over a chain of models: the stage that ended the run (stage ``s`` pairs the
+    chain's model ``s - 1`` with model ``s``; 1 is the first, smallest pair)."""
+    drafts: NotRequired[list[Draft]]
+    """Runs with several drafts: each draft's answers (and reasoning, when it escalated)."""
 
 
 class MAIState(InputState):
@@ -168,6 +241,14 @@ class MAIState(InputState):
     transfer_token_ids: NotRequired[list[int] | None]
     """Its token ids, when small and large share a tokenizer (spliced into the prompt as is)."""
     sparsification: NotRequired[Sparsification]
+    drafts: NotRequired[list[Draft]]
+    """Runs with several drafts: each draft's short answer, reasoning and S2 answer."""
+    transfer_pieces: NotRequired[list[TransferPiece]]
+    """Runs with several drafts: the sparsified reasonings the large model reads, best first."""
+    stage: NotRequired[int]
+    """Graphs over a chain of models: the current stage (1 = the first, smallest pair)."""
+    answer_prob: NotRequired[float | None]
+    """Chains: the probability of the answer a stage hands to the next one."""
     answer: NotRequired[str]
     canonical: NotRequired[str]
     route: NotRequired[Route]

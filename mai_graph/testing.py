@@ -2,8 +2,9 @@
 
 ``build_tiny_pair(root)`` writes ``root/small`` and ``root/large``: two Qwen3-VL-architecture
 checkpoints (seeded random weights) that share one locally trained byte-level BPE tokenizer with
-the Qwen chat special tokens and chat template, an image processor and a video processor, all
-loadable through the usual ``from_pretrained`` paths (transformers and vLLM). The large model has
+the Qwen chat special tokens and chat template (image and video parts), an image processor and
+a video processor (frames sampled by the caller), all loadable through the usual
+``from_pretrained`` paths (transformers and vLLM). The large model has
 at least 4x the parameters of the small one, like 2B vs 8B. The weights are random, so the text
 they write is meaningless: use them to test shapes, lengths, routing, caching and speed.
 """
@@ -30,7 +31,7 @@ __all__ = [
     "tiny_pair_paths",
 ]
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 _SPECIAL = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
@@ -44,6 +45,8 @@ CHAT_TEMPLATE = (
     "{%- else -%}{%- for part in message['content'] -%}"
     "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}"
     "<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif part['type'] == 'video' or 'video' in part or 'video_url' in part -%}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
     "{%- elif part['type'] == 'text' -%}{{ part['text'] }}"
     "{%- endif -%}{%- endfor -%}{%- endif -%}"
     "<|im_end|>{{ '\\n' }}"
@@ -198,8 +201,11 @@ def _processor(tokenizer: Any) -> Any:
         patch_size=16, merge_size=2, temporal_patch_size=2, size=size,
         image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
     )  # fmt: skip
+    # A video's frames share one budget: up to 256 merged tokens (e.g. 8 frame pairs x 32).
+    video_size = {"shortest_edge": 32 * 32 * 8, "longest_edge": 32 * 32 * 2 * 256}
     video_processor = Qwen3VLVideoProcessor(
-        patch_size=16, merge_size=2, temporal_patch_size=2, size=size,
+        patch_size=16, merge_size=2, temporal_patch_size=2, size=video_size,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], cap_pixels_per_frame=False,
     )  # fmt: skip
     return Qwen3VLProcessor(
         image_processor=image_processor,

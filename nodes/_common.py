@@ -9,6 +9,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
+from langgraph.types import Overwrite
 
 from mai_graph.backends.base import Generation, GenerationRequest, StreamingBackend, VLMBackend
 from mai_graph.context import MAIContext, mai_settings
@@ -75,6 +76,22 @@ class Node(Runnable[MAIState, Update]):
 
 def _discard(_: Any) -> None:
     return None
+
+
+def tagged(scope: RunScope, **tags: int) -> RunScope:
+    """``scope`` whose streamed events carry ``tags`` (e.g. ``stage``, ``drafter``)."""
+    write = scope.write
+    return RunScope(scope.ctx, lambda event: write({**event, **tags}), scope.config)
+
+
+def tag_metrics(update: Update, **tags: int) -> Update:
+    """``update`` with ``tags`` added to each of its metrics records (new records, new list)."""
+    metrics = update.get("metrics")
+    if isinstance(metrics, Overwrite):
+        return {**update, "metrics": Overwrite([{**r, **tags} for r in metrics.value])}
+    if metrics:
+        return {**update, "metrics": [{**r, **tags} for r in metrics]}
+    return update
 
 
 def answer_probability(gen: Generation) -> float | None:

@@ -6,18 +6,23 @@ from typing import Any
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
+from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, answer_request
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call
+from ._common import Node, RunScope, call, tag_metrics, tagged
 
 
 async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[str, Any]:
     """The large model's final short answer; its prompt shares the verify call's prefix."""
     q = Question.from_state(state, scope.ctx)
-    request = answer_request(
-        q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
-    )
+    pieces = state.get("transfer_pieces")
+    if pieces:  # several drafts' reasonings, best first
+        request = answer_request(q, scope.ctx, [(p["text"], p["token_ids"]) for p in pieces], None)
+    else:
+        request = answer_request(
+            q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
+        )
     gen, rec = await call(large, request, "answer", "large", scope.write)
     return {
         "answer": gen.text,
@@ -27,6 +32,23 @@ async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[st
     }
 
 
-def make_answer(large: VLMBackend) -> Node:
-    """The ``answer`` node with its backend bound."""
-    return Node("answer", lambda state, scope: answer(state, scope, large))
+def make_answer(lineup: Lineup) -> Node:
+    """The ``answer`` node with its backend bound.
+
+    In a chain, a stage before the last hands its answer (and its probability) to the next
+    stage instead of ending the run: no ``route`` is set, and the graph goes on to ``escalate``.
+    """
+    large = lineup.chain[0]
+    if lineup.stages == 1:
+        return Node("answer", lambda state, scope: answer(state, scope, large))
+
+    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
+        stage = state.get("stage") or 1
+        update = await answer(state, tagged(scope, stage=stage), lineup.chain[stage - 1])
+        update = tag_metrics(update, stage=stage)
+        if stage < lineup.stages:
+            del update["route"]
+            update["answer_prob"] = update["metrics"][-1]["answer_prob"]
+        return update
+
+    return Node("answer", core)

@@ -6,10 +6,11 @@ from typing import Any
 
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
+from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, cot_request
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call
+from ._common import Node, RunScope, call, tag_metrics, tagged
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -46,6 +47,37 @@ async def reason(
     )
 
 
-def make_reason(small: VLMBackend, large: VLMBackend) -> Node:
-    """The ``reason`` node with its backends bound."""
-    return Node("reason", lambda state, scope: reason(state, scope, small, large))
+def make_reason(lineup: Lineup) -> Node:
+    """The ``reason`` node with its backends bound.
+
+    Every draft reasons in runs with several, and a chain's stage ``s`` has its own small model
+    reason.
+    """
+    from .drafts import reason_drafts
+
+    small, large = lineup.baseline_pair()
+
+    if lineup.classic:
+
+        async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
+            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
+                return await reason_drafts(state, scope, lineup)
+            return await reason(state, scope, small, large)
+
+        return Node("reason", classic)
+
+    chain = lineup.stages > 1
+
+    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
+        stage = state.get("stage") or 1
+        ctx = scope.ctx
+        scope = tagged(scope, stage=stage) if chain else scope
+        if stage > 1:
+            update = await reason(state, scope, *lineup.pair(stage))
+        elif ctx.policy == "mai" and lineup.draft_count(ctx) > 1:
+            update = await reason_drafts(state, scope, lineup)
+        else:
+            update = await reason(state, scope, small, large)
+        return tag_metrics(update, stage=stage) if chain else update
+
+    return Node("reason", core)

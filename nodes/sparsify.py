@@ -9,6 +9,7 @@ from typing import Any
 from mai_graph.backends.base import VLMBackend, VocabularyBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
+from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, s2_request
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.state import MAIState, Sparsification
@@ -108,13 +109,30 @@ async def sparsify(
     return update
 
 
-def make_sparsify(small: VLMBackend, large: VLMBackend, scorers: Mapping[str, TokenScorer]) -> Node:
-    """The ``sparsify`` node with its scorers bound (the tokenizer check runs once per graph)."""
-    shared: list[bool] = []
+def make_sparsify(lineup: Lineup, scorers: Mapping[str, TokenScorer]) -> Node:
+    """The ``sparsify`` node with its scorers bound (the tokenizer check runs once per stage).
+
+    Runs with several drafts sparsify the best ``transfer_drafts`` reasonings.
+    """
+    from .drafts import sparsify_drafts
+
+    shared: dict[int, bool] = {}
+
+    async def share_ids(stage: int) -> bool:
+        if stage not in shared:
+            if stage == 1:  # every drafter's ids must mean the same to the large model
+                large = lineup.chain[0]
+                same = [await same_tokenizer(d, large) for d in lineup.drafters]
+                shared[stage] = all(same)
+            else:
+                shared[stage] = await same_tokenizer(*lineup.pair(stage))
+        return shared[stage]
 
     async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        if not shared:
-            shared.append(await same_tokenizer(small, large))
-        return await sparsify(state, scope.ctx, scorers, shared[0])
+        stage = state.get("stage") or 1
+        ctx = scope.ctx
+        if stage == 1 and ctx.transfer_drafts > 1 and lineup.draft_count(ctx) > 1:
+            return await sparsify_drafts(state, scope, scorers, await share_ids(1))
+        return await sparsify(state, ctx, scorers, await share_ids(stage))
 
     return Node("sparsify", core)

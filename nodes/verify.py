@@ -11,24 +11,42 @@ from langgraph.types import Overwrite
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.gate import after_disagreement, agreement_exits
+from mai_graph.lineup import Lineup
+from mai_graph.media import check_backends
 from mai_graph.requests import Question, short_request
 from mai_graph.sources import ImagePolicy
 from mai_graph.state import MAIState, run_keys
 
-from ._common import Node, RunScope, call
+from ._common import Node, RunScope, call, tag_metrics, tagged
 from .reason import write_reasoning
 
 _RUN_KEYS = run_keys()
 _INPUT_KEYS = ("question", "image", "options")
+_MEDIA_KEYS = ("images", "video")
 
 
 async def read_question(
     state: MAIState, scope: RunScope, policy: ImagePolicy | None = None
 ) -> Question:
-    """Validate the run's inputs once; images are read, decoded and stored off the event loop."""
-    if state.get("image") is None:
+    """Validate the run's inputs once; media are read, decoded and stored off the event loop."""
+    if state.get("image") is None and state.get("images") is None and state.get("video") is None:
         return Question.from_input(state, scope.ctx)
     return await asyncio.to_thread(Question.from_input, state, scope.ctx, policy)
+
+
+def consume_inputs(state: MAIState, q: Question) -> dict[str, Any]:
+    """The first node's reset of the run's state.
+
+    Clears what a previous run on the thread left, consumes the inputs into ``request``, and
+    starts the metrics list anew (its records are appended by the caller).
+    """
+    # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
+    update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
+    # The inputs are consumed: a later run on this thread uses only what its own input gives.
+    update.update(dict.fromkeys(_INPUT_KEYS), request=q.as_request())
+    update.update({k: None for k in _MEDIA_KEYS if state.get(k) is not None})
+    update["metrics"] = Overwrite([])  # this run's calls replace any earlier run's
+    return update
 
 
 async def verify(
@@ -47,12 +65,10 @@ async def verify(
     """
     ctx = scope.ctx
     q = await read_question(state, scope, policy)
-    # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
-    update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
-    # The inputs are consumed: a later run on this thread uses only what its own input gives.
-    update.update(dict.fromkeys(_INPUT_KEYS), request=q.as_request())
-    records: list[Any] = []
-    update["metrics"] = Overwrite(records)  # this run's calls replace any earlier run's
+    if q.videos or len(q.images) > 1:
+        check_backends(q.all_images, q.videos, (small, large))
+    update = consume_inputs(state, q)
+    records: list[Any] = update["metrics"].value
     if ctx.policy in ("small_cot", "large_cot"):
         return update
 
@@ -85,10 +101,10 @@ async def verify(
             if ctx.speculative_cot:  # queued after the short answers, outside the group
                 speculative = asyncio.ensure_future(write_reasoning(q, scope, small, "small"))
     except BaseExceptionGroup as group:
-        await _cancel(speculative)
+        await cancel_quietly(speculative)
         raise group.exceptions[0] from None
     except BaseException:
-        await _cancel(speculative)
+        await cancel_quietly(speculative)
         raise
     (gs, rs), (gl, rl) = small_task.result(), large_task.result()
     cs = extract_answer(gs.text, q.kind, q.options)
@@ -108,19 +124,19 @@ async def verify(
     elif after_disagreement(pl, ctx) == "large":
         update.update(answer=gl.text, canonical=cl, route="large_confident")
     if "route" in update and update["route"] is not None:
-        await _cancel(speculative)
+        await cancel_quietly(speculative)
     elif speculative is not None:
         try:
             reasoning = await speculative
         except BaseException:
-            await _cancel(speculative)
+            await cancel_quietly(speculative)
             raise
         records += reasoning.pop("metrics")
         update.update(reasoning)
     return update
 
 
-async def _cancel(task: asyncio.Future[Any] | None) -> None:
+async def cancel_quietly(task: asyncio.Future[Any] | None) -> None:
     """Cancel a speculative call and wait until the engine has dropped it."""
     if task is None:
         return
@@ -133,8 +149,36 @@ async def _cancel(task: asyncio.Future[Any] | None) -> None:
         await task
 
 
-def make_verify(
-    small: VLMBackend, large: VLMBackend, image_policy: ImagePolicy | None = None
-) -> Node:
-    """The ``verify`` node with its backends (and the image policy of its inputs) bound."""
-    return Node("verify", lambda state, scope: verify(state, scope, small, large, image_policy))
+def make_verify(lineup: Lineup, image_policy: ImagePolicy | None = None) -> Node:
+    """The ``verify`` node with its backends (and the image policy of its inputs) bound.
+
+    Runs with several drafts verify them all (:func:`~mai_graph.nodes.drafts.verify_drafts`);
+    in a chain, this is stage 1 and its records carry ``stage``.
+    """
+    from .drafts import verify_drafts
+
+    small, large = lineup.pair(1)
+
+    if lineup.classic:
+
+        async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
+            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
+                return await verify_drafts(state, scope, lineup, image_policy)
+            return await verify(state, scope, small, large, image_policy)
+
+        return Node("verify", classic)
+
+    chain = lineup.stages > 1
+
+    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
+        ctx = scope.ctx
+        scope = tagged(scope, stage=1) if chain else scope
+        if ctx.policy != "mai":
+            update = await verify(state, scope, *lineup.baseline_pair(), image_policy)
+        elif lineup.draft_count(ctx) > 1:
+            update = await verify_drafts(state, scope, lineup, image_policy)
+        else:
+            update = await verify(state, scope, small, large, image_policy)
+        return {**tag_metrics(update, stage=1), "stage": 1} if chain else update
+
+    return Node("verify", core)

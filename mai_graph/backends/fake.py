@@ -2,8 +2,8 @@
 
 They run the real graph without a model: for tests of graph logic, for LangGraph Studio offline,
 and for the CLI's ``--backend fake``. Token counts use a whitespace "tokenizer" (an image counts
-as ``image_tokens`` tokens), and cached tokens are the longest prompt prefix shared with an
-earlier request, like an engine's prefix cache.
+as ``image_tokens`` tokens, a video as many per pair of sampled frames), and cached tokens are
+the longest prompt prefix shared with an earlier request, like an engine's prefix cache.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def _prompt_tokens(messages: Sequence[Message], image_tokens: int) -> list[str]:
         for part in message["content"]:
             if part["type"] == "image":
                 tokens.extend([f"<img:{part['image']['sha256'][:12]}>"] * image_tokens)
+            elif part["type"] == "video":  # frames pair up in time, like Qwen-VL's encoder
+                frames = (len(part["video"]["indices"]) + 1) // 2
+                tokens.extend([f"<vid:{part['video']['sha256'][:12]}>"] * image_tokens * frames)
             else:
                 tokens.extend(part["text"].split())
     tokens.append("<assistant>")

@@ -1,7 +1,8 @@
 """OpenAI-compatible servers (``vllm serve``): the remote path for scale-out.
 
-Each request is one streamed chat completion. The image travels as a PNG data URL with its pixel
-hash as the part's ``uuid`` (vLLM keys its multimodal and prefix caches on it); vLLM's own
+Each request is one streamed chat completion. Each image travels as a PNG data URL, a video as
+its sampled frames (a ``video/jpeg`` frame sequence), each with its hash as the part's ``uuid``
+(vLLM keys its multimodal and prefix caches on it); vLLM's own
 options go in the request body (``min_tokens``, ``structured_outputs`` for choices,
 ``return_token_ids``). Cached tokens come from ``usage.prompt_tokens_details`` (start the server
 with ``--enable-prompt-tokens-details``). Cancelling the caller closes the stream, and the
@@ -28,6 +29,7 @@ from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
+from mai_graph.media import load_video, video_metadata
 from mai_graph.messages import Message
 
 if TYPE_CHECKING:
@@ -50,8 +52,27 @@ def _data_url(ref: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def _video_url(ref: Any) -> str:
+    """The sampled frames as vLLM's JPEG frame sequence: ``data:video/jpeg;base64,f1,f2,...``."""
+    pieces = []
+    for frame in load_video(ref):
+        buf = io.BytesIO()
+        frame.save(buf, format="JPEG", quality=95)
+        pieces.append(base64.b64encode(buf.getvalue()).decode())
+    return "data:video/jpeg;base64," + ",".join(pieces)
+
+
+SERVER_VIDEO_FRAMES = 32
+"""Frames ``vllm serve`` reads of a video by default (``--media-io-kwargs`` can change it)."""
+
+
 def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """Messages in the OpenAI chat format (images as data URLs with their hash as ``uuid``)."""
+    """Messages in the OpenAI chat format, each image and video with its hash as ``uuid``.
+
+    Images travel as PNG data URLs; a video as its sampled frames, a ``video/jpeg`` frame
+    sequence (``data:video/jpeg;base64,<frame>,<frame>,...``), so the server sees the frames
+    the other backends see.
+    """
     out: list[dict[str, Any]] = []
     for m in messages:
         parts: list[dict[str, Any]] = []
@@ -63,6 +84,15 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                         "type": "image_url",
                         "image_url": {"url": _data_url(ref)},
                         "uuid": ref["sha256"],
+                    }
+                )
+            elif p["type"] == "video":
+                video = p["video"]
+                parts.append(
+                    {
+                        "type": "video_url",
+                        "video_url": {"url": _video_url(video)},
+                        "uuid": video["sha256"],
                     }
                 )
             else:
@@ -83,6 +113,10 @@ class OpenAIBackend:
         name: Name in metrics (default: ``model``).
         vllm_extras: Send vLLM's request options (``min_tokens``, ``structured_outputs``,
             ``return_token_ids``); turn off for servers that refuse unknown fields.
+        send_video_metadata: Send each video's frame times (source fps and frame indices) as
+            per-request ``media_io_kwargs``, so the model reads true timestamps; the server must
+            run with ``--trust-request-mm-kwargs``. Off: the server's defaults apply (frames
+            taken as one per second; at most 32 frames, longer videos are refused here).
         timeout_s: Longest a request may take, connection to last token; then it is
             cancelled (the server aborts it) and fails with a transient ``BackendError``.
             ``None``: only the client's own timeouts apply.
@@ -103,6 +137,7 @@ class OpenAIBackend:
         name: str | None = None,
         vllm_extras: bool = True,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        send_video_metadata: bool = False,
         affinity_header: str | None = AFFINITY_HEADER,
     ) -> None:
         if not isinstance(model, str) or not model:
@@ -117,6 +152,7 @@ class OpenAIBackend:
                 fix="give the longest a request may take, e.g. 120",
             )
         self.timeout_s = timeout_s
+        self.send_video_metadata = send_video_metadata
         self.client = client
         self.model = model
         self.name = name or model
@@ -184,10 +220,34 @@ class OpenAIBackend:
                 fix="serve with vLLM and keep vllm_extras=True, or drop constrained choices "
                 "(constrain_choices=False in the context)",
             )
+        videos = request.videos
+        if videos:
+            extra.update(self._video_options(videos))
         body["extra_body"] = extra
         if request.affinity_key and self.affinity_header:
             body["extra_headers"] = {self.affinity_header: request.affinity_key}
         return body
+
+    def _video_options(self, videos: list[Any]) -> dict[str, Any]:
+        """Per-request video metadata (``send_video_metadata``), else check the frame count.
+
+        Without the metadata the server reads at most :data:`SERVER_VIDEO_FRAMES` frames.
+        """
+        if self.send_video_metadata:
+            meta = video_metadata(videos[0])
+            meta.pop("video_backend")
+            return {"media_io_kwargs": {"video": {**meta, "num_frames": -1}}}
+        frames = max(len(v["indices"]) for v in videos)
+        if frames > SERVER_VIDEO_FRAMES:
+            raise ConfigError(
+                f"{self.name}: the video has {frames} sampled frames; the server reads the "
+                f"first {SERVER_VIDEO_FRAMES} unless the request says otherwise",
+                parameter="max_frames",
+                value=frames,
+                fix=f"set max_frames <= {SERVER_VIDEO_FRAMES}, or start the server with "
+                "--trust-request-mm-kwargs and the backend with send_video_metadata=True",
+            )
+        return {}
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve one request (streamed, so time to first token is measured)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
+from mai_graph.media import VideoRef
 from mai_graph.messages import Message, Part
 
 __all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fingerprint"]
@@ -23,12 +24,13 @@ __all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fi
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
-    """Token ids of a prompt (image placeholders unexpanded) and its images in order."""
+    """Token ids of a prompt (image and video placeholders unexpanded), its media in order."""
 
     token_ids: list[int]
     images: list[ImageRef]
     spans: list[tuple[int, int]]
     """Where each spliced id sequence sits in ``token_ids`` (start, end), in prompt order."""
+    videos: list[VideoRef] = field(default_factory=list)
 
     @property
     def spliced(self) -> bool:
@@ -37,13 +39,15 @@ class RenderedPrompt:
 
 
 def hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages in the Hugging Face chat-template format (``{"type": "image"}`` parts)."""
+    """Messages in the Hugging Face chat-template format (``image`` and ``video`` parts)."""
     out = []
     for m in messages:
         parts: list[dict[str, Any]] = []
         for p in m["content"]:
             if p["type"] == "image":
                 parts.append({"type": "image"})
+            elif p["type"] == "video":
+                parts.append({"type": "video"})
             else:
                 parts.append({"type": "text", "text": p["text"]})
         out.append({"role": m["role"], "content": parts})
@@ -99,6 +103,7 @@ def render(
     """
     template = template if template is not None else tokenizer
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
+    videos = [p["video"] for m in messages for p in m["content"] if p["type"] == "video"]
     pieces: list[list[int]] = []
     marked: list[Message] = []
     for m in messages:
@@ -118,13 +123,13 @@ def render(
         marked.append({"role": m["role"], "content": content})
     if not pieces:
         full = _template(template, messages, generation_prompt=True)
-        return RenderedPrompt(_encode(tokenizer, full), images, [])
+        return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
     rendered = _template(template, marked, generation_prompt=True)
     chunks = _SENTINEL.split(rendered)
     found = [int(k) for k in chunks[1::2]]
     if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
         full = _template(template, messages, generation_prompt=True)
-        return RenderedPrompt(_encode(tokenizer, full), images, [])
+        return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
     token_ids = _encode(tokenizer, chunks[0])
     spans = []
     for k, ids in enumerate(pieces):
@@ -136,7 +141,7 @@ def render(
                 tail = tail[len(eos_text) :]
         spans.append((len(token_ids), len(token_ids) + len(ids)))
         token_ids += ids + _encode(tokenizer, tail)
-    return RenderedPrompt(token_ids, images, spans)
+    return RenderedPrompt(token_ids, images, spans, videos)
 
 
 def _text(text: str) -> Part:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from mai_graph.backends.transformers.inputs import image_end
+from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end
 from mai_graph.backends.transformers.kv_cache import KVCacheStore, empty_cache
 from mai_graph.errors import ConfigError
 
@@ -110,9 +110,7 @@ def reasoning_attention(
             fix="end the prompt with the turn whose attention is wanted",
         )
     chosen = score_layers(model.config.text_config.num_hidden_layers, layers)
-    vision: dict[str, Any] = {
-        k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs
-    }
+    vision: dict[str, Any] = {k: inputs[k] for k in VISION_KEYS if k in inputs}
     with torch.inference_mode():
         if full:
             with eager_attention(model):
@@ -120,7 +118,7 @@ def reasoning_attention(
             rows = [a[0, :, end:, :] for a in out.attentions]
         else:
             prefix = ids[0, :end].tolist()
-            images_end = image_end(prefix, model.config.image_token_id) if vision else 0
+            images_end = media_end(prefix, model.config) if vision else 0
             cached, cache = caches.lookup(prefix, min_prefix=images_end)
             if cache is None:
                 cache = empty_cache(model)

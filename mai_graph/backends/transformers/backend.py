@@ -18,7 +18,7 @@ from mai_graph.backends.render import render
 from mai_graph.backends.render import vocab_fingerprint as fingerprint_of
 from mai_graph.backends.transformers.attention import reasoning_attention
 from mai_graph.backends.transformers.decode import decode, final_text
-from mai_graph.backends.transformers.inputs import image_end, prompt_inputs
+from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end, prompt_inputs
 from mai_graph.backends.transformers.kv_cache import KVCacheStore, empty_cache
 from mai_graph.backends.transformers.loading import eos_token_ids, load_model, load_processor
 from mai_graph.errors import BackendError, ConfigError
@@ -243,9 +243,7 @@ class TransformersBackend:
         inputs = self.prepare(request)
         ids, positions = inputs["input_ids"], inputs["position_ids"]
         key = tuple(ids[0].tolist())
-        cached, cache = self._caches.lookup(
-            key, min_prefix=image_end(key, model.config.image_token_id)
-        )
+        cached, cache = self._caches.lookup(key, min_prefix=media_end(key, model.config))
         if cache is None:
             cache = empty_cache(model)
         prefill: dict[str, Any] = {
@@ -254,9 +252,8 @@ class TransformersBackend:
             "past_key_values": cache,
             "use_cache": True,
         }
-        if cached == 0 and "pixel_values" in inputs:
-            prefill["pixel_values"] = inputs["pixel_values"]
-            prefill["image_grid_thw"] = inputs["image_grid_thw"]
+        if cached == 0:  # images and video frames enter the cache in one piece
+            prefill.update({k: inputs[k] for k in VISION_KEYS if k in inputs})
         fed: list[int] = []  # generated ids the cache holds
         next_pos = int(positions.max()) + 1
 
