@@ -16,19 +16,21 @@ template                  question                                        kind
 Shapes (circle, square, triangle) sit in the cells of a 4x4 grid; bar charts have 3 or 4 bars
 of distinct colours and heights. Templates take turns, so every kind is present in any set of
 five or more samples. The output is a folder with ``images/`` and ``data.jsonl`` in the format
-:func:`~mai_graph.eval.datasets.load_dataset` reads.
+:func:`~mai_graph.eval.datasets.load_dataset` reads. :func:`draw_item` draws one sample in memory
+together with what was drawn (the scene), for training models on the same task.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mai_graph.errors import ConfigError
 
-__all__ = ["COLOURS", "SHAPES", "TEMPLATES", "make_synthetic"]
+__all__ = ["COLOURS", "SHAPES", "TEMPLATES", "SyntheticItem", "draw_item", "make_synthetic"]
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
@@ -42,6 +44,38 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 SHAPES = ("circle", "square", "triangle")
 TEMPLATES = ("count", "colour", "exists", "tallest", "bars")
 GRID = 4
+
+
+@dataclass(frozen=True)
+class SyntheticItem:
+    """One drawn sample: the picture, its question row and what the picture holds."""
+
+    image: Any
+    """The PIL image."""
+    row: dict[str, Any]
+    """``question``, ``answer``, ``kind`` and, for choices, ``options`` (as in ``data.jsonl``)."""
+    template: str
+    scene: tuple[tuple[Any, ...], ...]
+    """Shapes: ``(shape, colour, cell)`` in drawing order (cell = row * 4 + column); charts:
+    ``(colour, height)`` per bar, left to right (height in tenths of the plot)."""
+
+
+def draw_item(template: str, rng: random.Random, size: int = 128) -> SyntheticItem:
+    """Draw one sample of ``template`` with ``rng`` (what :func:`make_synthetic` writes).
+
+    Example:
+        >>> item = draw_item("colour", random.Random(0))
+        >>> item.row["question"].startswith("What colour is the "), len(item.scene) >= 1
+        (True, True)
+    """
+    if template not in _DRAW:
+        raise ConfigError(
+            f"unknown template {template!r}; templates are {list(TEMPLATES)}",
+            parameter="template",
+            value=template,
+        )
+    image, row, scene = _DRAW[template](rng, size)
+    return SyntheticItem(image, row, template, tuple(scene))
 
 
 def make_synthetic(
@@ -88,7 +122,7 @@ def make_synthetic(
         rng = random.Random(f"mai-synthetic|{seed}|{i}")
         template = templates[i % len(templates)]
         sample_id = f"syn-{seed}-{i:05d}"
-        image, row = _DRAW[template](rng, size)
+        image, row, _ = _DRAW[template](rng, size)
         image.save(root / "images" / f"{sample_id}.png", format="PNG")
         row = {"id": sample_id, "image": f"images/{sample_id}.png", **row}
         row["meta"] = {"template": template}
@@ -114,37 +148,43 @@ def _draw_shape(draw: Any, shape: str, box: tuple[int, int, int, int], fill: Any
         draw.polygon([((x0 + x1) // 2, y0), (x1, y1), (x0, y1)], fill=fill)
 
 
-def _scene(rng: random.Random, size: int, items: list[tuple[str, str]]) -> Any:
-    """Shapes ``(shape, colour)`` in random cells of the grid."""
+def _scene(
+    rng: random.Random, size: int, items: list[tuple[str, str]]
+) -> tuple[Any, list[tuple[str, str, int]]]:
+    """Shapes ``(shape, colour)`` in random cells: the picture and ``(shape, colour, cell)``."""
     from PIL import ImageDraw
 
     img = _canvas(size)
     draw = ImageDraw.Draw(img)
     cell = size // GRID
     pad = max(2, cell // 6)
+    placed = []
     for (shape, colour), slot in zip(items, rng.sample(range(GRID * GRID), len(items))):
         row, col = divmod(slot, GRID)
         box = (col * cell + pad, row * cell + pad, (col + 1) * cell - pad, (row + 1) * cell - pad)
         _draw_shape(draw, shape, box, COLOURS[colour])
-    return img
+        placed.append((shape, colour, slot))
+    return img, placed
 
 
-def _count(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
+def _count(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     k = rng.randint(1, 8)
     items = [(rng.choice(SHAPES), rng.choice(list(COLOURS))) for _ in range(k)]
     row = {"question": "How many shapes are there?", "answer": str(k), "kind": "number"}
-    return _scene(rng, size, items), row
+    img, placed = _scene(rng, size, items)
+    return img, row, placed
 
 
-def _colour(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
+def _colour(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     shapes = rng.sample(SHAPES, rng.randint(1, len(SHAPES)))  # each shape at most once
     items = [(s, rng.choice(list(COLOURS))) for s in shapes]
     shape, colour = rng.choice(items)
     row = {"question": f"What colour is the {shape}?", "answer": colour, "kind": "text"}
-    return _scene(rng, size, items), row
+    img, placed = _scene(rng, size, items)
+    return img, row, placed
 
 
-def _exists(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
+def _exists(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     k = rng.randint(1, 4)
     items = [(rng.choice(SHAPES), rng.choice(list(COLOURS))) for _ in range(k)]
     if rng.random() < 0.5:
@@ -155,7 +195,8 @@ def _exists(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
         shape, colour = rng.choice(absent)
         answer = "no"
     row = {"question": f"Is there a {colour} {shape}?", "answer": answer, "kind": "yes_no"}
-    return _scene(rng, size, items), row
+    img, placed = _scene(rng, size, items)
+    return img, row, placed
 
 
 def _chart(rng: random.Random, size: int, k: int) -> tuple[Any, list[str], list[int]]:
@@ -176,7 +217,7 @@ def _chart(rng: random.Random, size: int, k: int) -> tuple[Any, list[str], list[
     return img, colours, heights
 
 
-def _tallest(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
+def _tallest(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     img, colours, heights = _chart(rng, size, rng.randint(3, 4))
     letters = [chr(ord("A") + i) for i in range(len(colours))]
     tallest = heights.index(max(heights))
@@ -186,13 +227,14 @@ def _tallest(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
         "answer": letters[tallest],
         "kind": "choice",
     }
-    return img, row
+    return img, row, list(zip(colours, heights))
 
 
-def _bars(rng: random.Random, size: int) -> tuple[Any, dict[str, Any]]:
+def _bars(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     k = rng.randint(3, 4)
-    img, _, _ = _chart(rng, size, k)
-    return img, {"question": "How many bars are there?", "answer": str(k), "kind": "number"}
+    img, colours, heights = _chart(rng, size, k)
+    row = {"question": "How many bars are there?", "answer": str(k), "kind": "number"}
+    return img, row, list(zip(colours, heights))
 
 
 _DRAW = {"count": _count, "colour": _colour, "exists": _exists, "tallest": _tallest, "bars": _bars}
