@@ -255,3 +255,39 @@ def test_chat_graph_follows_the_environment(root, monkeypatch):
     assert out["messages"][-1].content
     with pytest.raises(ImageAccessError):
         graph.invoke({"messages": _image_message(str(root.parent / "out.png"))})
+
+
+def test_no_secret_from_the_serving_endpoint(openai_server, monkeypatch, caplog):
+    """``mai-graph serve``: neither its clients' bearer key nor the backends' API key appears in
+    a response (answer, refusal or authentication error) or in the logs."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from mai_graph.backends.openai import OpenAIBackend
+    from mai_graph.serve import create_app
+    from tests.servers import serving_app
+
+    client_key = "sk-serve-client-key-9876543210CLIENT"
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    caplog.set_level(logging.DEBUG)
+    small = OpenAIBackend.from_url(openai_server, "small-model", api_key=SECRET)
+    large = OpenAIBackend.from_url(openai_server, "large-model", api_key=SECRET)
+    image = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
+    texts = []
+    with serving_app(create_app(small, large, api_keys=[client_key])) as url:
+        for key, source in ((client_key, image), (client_key, "/etc/passwd"),
+                            (client_key[:-1] + "X", image)):  # fmt: skip
+            content = [{"type": "text", "text": "Blue?"},
+                       {"type": "image_url", "image_url": {"url": source}}]  # fmt: skip
+            api = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+            try:
+                reply = api.chat.completions.create(
+                    model="mai", messages=[{"role": "user", "content": content}]
+                )
+                texts.append(reply.model_dump_json())
+            except openai.APIStatusError as exc:
+                texts.append(f"{exc.status_code} {exc.response.text}")
+    assert texts[0].count('"route"') and texts[1].startswith("400") and texts[2].startswith("401")
+    assert f"Bearer {SECRET}" in _FakeOpenAI.seen_auth
+    for text in (*texts, caplog.text):
+        assert SECRET not in text and SECRET[3:20] not in text
+        assert client_key not in text and client_key[3:20] not in text
