@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from mai_graph.backends.base import ManagedBackend
 
 __all__ = ["shutdown_backends", "start_backends"]
@@ -18,7 +20,17 @@ async def start_backends(*backends: object) -> None:
 
 
 def shutdown_backends(*backends: object) -> None:
-    """Shut engines down (backends without engines are skipped); idempotent."""
-    for backend in backends:
-        if isinstance(backend, ManagedBackend):
+    """Shut engines down, all at once (backends without engines are skipped); idempotent.
+
+    At once, because each engine's processes take seconds to exit and wait for nothing shared.
+    The first error is raised after every engine was asked to stop.
+    """
+    managed = [b for b in backends if isinstance(b, ManagedBackend)]
+    if len(managed) <= 1:
+        for backend in managed:
             backend.shutdown()
+        return
+    with ThreadPoolExecutor(len(managed), thread_name_prefix="mai-graph-shutdown") as pool:
+        futures = [pool.submit(backend.shutdown) for backend in managed]
+    for future in futures:
+        future.result()

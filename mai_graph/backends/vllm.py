@@ -36,14 +36,20 @@ from mai_graph.backends.render import render, vocab_fingerprint
 from mai_graph.errors import BackendError, ConfigError, ImageError
 from mai_graph.images import ImageRef, load_image
 from mai_graph.limits import check_prompt_length
-from mai_graph.media import VideoRef, check_media_counts, check_mm_limits, video_input
 from mai_graph.loop import BackgroundLoop, on_caller_loop
+from mai_graph.media import VideoRef, check_media_counts, check_mm_limits, video_input
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
-__all__ = ["ENGINE_EXIT_GRACE_S", "ENGINE_LOOP", "RESTART_WINDOW_S", "VLLMBackend"]
+__all__ = [
+    "ENGINE_EXIT_GRACE_S",
+    "ENGINE_LOOP",
+    "RESTART_WINDOW_S",
+    "WORKER_EXIT_GRACE_S",
+    "VLLMBackend",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,9 @@ ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
 ENGINE_EXIT_GRACE_S = 30.0
 """Seconds a shut-down engine core (and its worker) may take to exit before it is killed.
 vLLM's default of 5 s is shorter than a loaded CPU machine needs to tear down two processes."""
+
+WORKER_EXIT_GRACE_S = 20
+"""Seconds an engine core waits for its worker to exit by itself (vLLM's default: 5)."""
 
 RESTART_WINDOW_S = 600.0
 """Engine deaths are counted over this many seconds against ``max_restarts``."""
@@ -308,6 +317,9 @@ class VLLMBackend:
             if _on_cpu():
                 gib = self._options["kv_cache_gib"]
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(gib or 1)))
+            # The engine core waits this long for its worker to exit before signalling it (the
+            # engine core reads it at shutdown); within ENGINE_EXIT_GRACE_S, with room to spare.
+            os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
             args = self.engine_args()
             with _START_LOCK:
                 try:

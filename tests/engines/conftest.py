@@ -36,3 +36,30 @@ def engines(request, tiny_pair):
     run_sync(start_backends(small, large))
     yield request.param, small, large
     shutdown_backends(small, large)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No engine process this test session started may outlive it (clean shutdown)."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    import time
+
+    def engine_children():
+        found = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.name().startswith("VLLM::") and child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.Error:
+                pass
+        return found
+
+    deadline = time.monotonic() + 30
+    while (left := engine_children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        names = ", ".join(f"{p.name()} (pid {p.pid})" for p in left)
+        print(f"\nengine processes outlived the test session: {names}")
+        session.exitstatus = 1

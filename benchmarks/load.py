@@ -1,0 +1,194 @@
+"""Load: waves of concurrent graph runs on fake backends and on the tiny vLLM pair.
+
+Each wave starts N graph runs at once (half end at verification, half go through reasoning,
+S2 and transfer, all with an image) and waits for all of them. Per wave it prints failures
+(goal: 0), latency percentiles of the runs, throughput, and resident memory after the wave:
+of this process, and of the engine processes for the vLLM part (goal: no growth beyond noise
+after the first wave). Then it checks that the engines hold no request and that shutting them
+down leaves no engine process behind.
+
+    python benchmarks/load.py [--waves 5] [--fake 200] [--engine 32] [--no-engine]
+
+Exits 1 if any run failed or hung, memory grew by more than ``--max-growth-mb`` from the end
+of the first wave to the end of the last, or an engine process outlived shutdown. The fakes
+answer after ``--latency`` seconds (asyncio.sleep); their request records are cleared after
+each wave (they exist for tests and would otherwise grow). The vLLM pair has random weights:
+routes are forced with constrained choices; prefill, decode and caching are real.
+"""
+
+import argparse
+import asyncio
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from PIL import Image, ImageDraw
+
+from mai_graph import MAIContext, arun
+from mai_graph.backends.fake import ScriptedBackend
+from mai_graph.backends.steered import SteeredBackend
+
+QUESTION = "Which colour is the large square in the centre of the image?"
+OPTIONS = ["red", "blue", "green", "yellow"]
+REASONING = "The square in the middle is red and the circles are blue, so the answer is A. " * 4
+
+
+def draw(path: Path) -> Path:
+    img = Image.new("RGB", (320, 256), (128, 128, 128))
+    d = ImageDraw.Draw(img)
+    d.rectangle((110, 78, 210, 178), fill=(220, 30, 30))
+    d.ellipse((20, 20, 60, 60), fill=(30, 60, 220))
+    img.save(path)
+    return path
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 1e6
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+async def wave(n: int, pairs: list[tuple[object, object]], image: Path, ctx: MAIContext,
+               timeout: float) -> tuple[list[float], list[str], float]:  # fmt: skip
+    """N runs at once, alternating over ``pairs``; returns latencies, failures, wall time."""
+
+    async def one(i: int) -> float:
+        small, large = pairs[i % len(pairs)]
+        start = time.perf_counter()
+        await asyncio.wait_for(
+            arun(QUESTION, str(image), options=OPTIONS, small=small, large=large, context=ctx),
+            timeout,
+        )
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+    wall = time.perf_counter() - start
+    latencies = [r for r in results if isinstance(r, float)]
+    failures = [f"{type(r).__name__}: {r}"[:200] for r in results if not isinstance(r, float)]
+    return latencies, failures, wall
+
+
+def report(name: str, rows: list[dict], max_growth_mb: float) -> bool:
+    print(f"\n{name}")
+    print("  wave  runs  fail   p50 ms   p90 ms   p99 ms   max ms  runs/s   RSS MB")
+    for i, r in enumerate(rows, 1):
+        lat = [x * 1000 for x in r["latencies"]] or [float("nan")]
+        print(
+            f"  {i:>4} {r['n']:>5} {len(r['failures']):>5} {pct(lat, 50):>8.0f} "
+            f"{pct(lat, 90):>8.0f} {pct(lat, 99):>8.0f} {max(lat):>8.0f} "
+            f"{r['n'] / r['wall']:>7.1f} {r['rss']:>8.1f}"
+        )
+        for failure in r["failures"][:3]:
+            print(f"        {failure}")
+    failures = sum(len(r["failures"]) for r in rows)
+    growth = rows[-1]["rss"] - rows[0]["rss"] if len(rows) > 1 else 0.0
+    later = [r["rss"] for r in rows[1:]]
+    spread = (max(later) - min(later)) if len(later) > 1 else 0.0
+    print(f"  failures: {failures} of {sum(r['n'] for r in rows)} runs")
+    print(f"  memory after wave 1 -> last: {growth:+.1f} MB (waves 2..: spread {spread:.1f} MB; "
+          f"bound {max_growth_mb:g} MB)")  # fmt: skip
+    return failures == 0 and growth <= max_growth_mb
+
+
+async def fake_part(args: argparse.Namespace, image: Path) -> bool:
+    def pair(short_small: str, short_large: str) -> tuple[ScriptedBackend, ScriptedBackend]:
+        small = ScriptedBackend({"short": short_small, "cot": REASONING, "s2": "C"},
+                                name="fake-small", latency=args.latency)  # fmt: skip
+        large = ScriptedBackend({"short": short_large, "answer": "A"}, name="fake-large",
+                                latency=args.latency)  # fmt: skip
+        return small, large
+
+    pairs = [pair("A", "A"), pair("A", "B")]  # agree, transfer
+    ctx = MAIContext(cot_max_tokens=64)
+    me = [psutil.Process().pid]
+    rows = []
+    for _ in range(args.waves):
+        latencies, failures, wall = await wave(args.fake, pairs, image, ctx, args.timeout)
+        for backend in (b for p in pairs for b in p):
+            backend.requests.clear()
+            assert backend.in_flight == 0
+        gc.collect()
+        rows.append(dict(n=args.fake, latencies=latencies, failures=failures, wall=wall,
+                         rss=rss_mb(me)))  # fmt: skip
+    return report(f"fakes: {args.fake} concurrent runs per wave, {args.latency * 1000:.0f} ms "
+                  "per call; RSS of this process", rows, args.max_growth_mb)  # fmt: skip
+
+
+async def engine_part(args: argparse.Namespace, image: Path) -> bool:
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+    from mai_graph.testing import tiny_backends
+
+    small, large = tiny_backends("vllm", args.tiny_dir)
+    start = time.perf_counter()
+    ok = True
+    try:
+        await start_backends(small, large)
+        print(f"\nstarted the tiny vLLM pair in {time.perf_counter() - start:.0f} s")
+        pairs = [
+            (SteeredBackend(small, {"short": ["A"]}), SteeredBackend(large, {"short": ["A"]})),
+            (SteeredBackend(small, {"short": ["A"], "s2": ["C"]}),
+             SteeredBackend(large, {"short": ["B"]})),
+        ]  # fmt: skip
+        ctx = MAIContext(cot_max_tokens=args.cot_tokens, cot_min_tokens=args.cot_tokens,
+                         short_max_tokens=4)  # fmt: skip
+        pids = [psutil.Process().pid, *small.engine_processes(), *large.engine_processes()]
+        engine_pids = pids[1:]
+        rows = []
+        for _ in range(args.waves):
+            latencies, failures, wall = await wave(args.engine, pairs, image, ctx, args.timeout)
+            gc.collect()
+            rows.append(dict(n=args.engine, latencies=latencies, failures=failures, wall=wall,
+                             rss=rss_mb(pids)))  # fmt: skip
+        ok = report(f"tiny vLLM pair: {args.engine} concurrent runs per wave, "
+                    f"{args.cot_tokens}-token reasoning; RSS of this process and the "
+                    f"{len(engine_pids)} engine processes", rows, args.max_growth_mb)  # fmt: skip
+        busy = [b.name for b in (small, large) if b.running_requests() or not await b.engine_idle()]
+        print(f"  requests left in the engines after the waves: {busy or 'none'}")
+        ok = ok and not busy
+    finally:
+        start = time.perf_counter()
+        await asyncio.to_thread(shutdown_backends, small, large)
+        took = time.perf_counter() - start
+    left = [p for p in engine_pids if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+    print(f"  shutdown: {took:.1f} s, engine processes left: {len(left)}")
+    return ok and not left
+
+
+async def main(args: argparse.Namespace) -> int:
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        image = draw(Path(tmp) / "scene.png")
+        if args.fake:
+            ok = await fake_part(args, image) and ok
+        if args.engine and not args.no_engine:
+            ok = await engine_part(args, image) and ok
+    print("\nresult:", "ok" if ok else "FAILED (see above)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--waves", type=int, default=5)
+    parser.add_argument("--fake", type=int, default=200, help="concurrent runs on fakes (0: skip)")
+    parser.add_argument("--engine", type=int, default=32, help="concurrent runs on vLLM (0: skip)")
+    parser.add_argument("--no-engine", action="store_true", help="fakes only")
+    parser.add_argument("--latency", type=float, default=0.02, help="fake call latency, s")
+    parser.add_argument("--cot-tokens", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per run, s (a hang fails)")
+    parser.add_argument("--max-growth-mb", type=float, default=64.0)
+    parser.add_argument("--tiny-dir", default=None, help="the tiny pair (default: cache)")
+    sys.exit(asyncio.run(main(parser.parse_args())))
