@@ -102,7 +102,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"no finished runs in {out}", parameter="--out", value=str(out), fix="run eval first"
         )
-    report = build_report(records)
+    predictor = None
+    if args.latency_model:
+        from mai_graph.latency import LatencyModel
+
+        predictor = LatencyModel.load(args.latency_model).report_predictor(
+            f"latency model {Path(args.latency_model).name}"
+        )
+    report = build_report(records, latency_model=predictor)
     written = write_report(report, out, plots=not args.no_plots)
     print(format_table(report))
     print()
@@ -318,6 +325,11 @@ def register(sub: Any) -> None:
         help="any other MAIContext field, e.g. --set gate=agree_confident (repeatable)",
     )  # fmt: skip
     _add_backend_flags(ev)
+    ev.add_argument(
+        "--latency-model",
+        metavar="FILE",
+        help="a latency model (mai-graph profile --out): modelled latency next to measured",
+    )
     ev.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.add_argument(

@@ -50,6 +50,8 @@ class Outcome:
     large_beyond_short: bool = False
     """The large model did more than its short answer (reasoned, or read the transfer)."""
     calls: int = 0
+    path: tuple[CallRecord, ...] = ()
+    """The calls on the run's path, in order (what a latency model predicts from)."""
 
 
 def ratio_key(ratio: float | None) -> float | None:
@@ -103,6 +105,7 @@ def _outcome(
         prompt=prompt,
         large_beyond_short=any(c.role == "large" and c.node != "verify" for c in path),
         calls=len(path),
+        path=tuple(path),
     )
 
 

@@ -287,6 +287,27 @@ def _route_line(summary: dict[str, Any]) -> str:
     )
 
 
+def _predicted_lines(report: dict[str, Any]) -> list[str]:
+    """Measured next to modelled latency per route, when a latency model filled the slots."""
+    rows = [
+        (policy, route, r)
+        for policy, s in report["policies"].items()
+        for route, r in s["routes"].items()
+        if r.get("predicted_latency_s") is not None
+    ]
+    if not rows:
+        return []
+    lines = ["", f"per route, measured vs modelled ({report.get('latency_model')}):"]
+    for policy, route, r in rows:
+        measured, modelled = r["mean_latency_s"], r["predicted_latency_s"]
+        error = "" if not measured else f" ({(modelled - measured) / measured:+.1%})"
+        lines.append(
+            f"  {policy:<10} {route:<16} measured {_ms(measured):>6} ms   "
+            f"modelled {_ms(modelled):>6} ms{error}"
+        )
+    return lines
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as the plain-text table ``mai-graph eval`` prints."""
     rows = [list(_COLUMNS), *_table_rows(report)]
@@ -301,6 +322,7 @@ def format_table(report: dict[str, Any]) -> str:
     if mai is not None:
         lines.append("")
         lines.append(f"mai routes: {_route_line(mai)}")
+    lines += _predicted_lines(report)
     cq = report.get("cost_quality")
     if cq and cq.get("gap_recovered") is not None:
         lines.append(
@@ -377,7 +399,8 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
     )
     lines += [
         "",
-        "`predicted ms` is filled when a latency model is given (`-` until then).",
+        "`predicted ms` is modelled, filled when a latency model is given "
+        "(`eval --latency-model`; `-` until then).",
     ]
     cq = report.get("cost_quality")
     if cq:

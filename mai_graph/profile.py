@@ -1,0 +1,660 @@
+"""``mai-graph profile``: measure a model pair's engines and fit the latency model.
+
+:func:`profile_pair` measures, on running engines, in interleaved rounds:
+
+1. each engine alone, through its backend's ``generate``, at a few prompt lengths (fresh
+   prompts: a unique first line defeats the prefix cache), output lengths forced with
+   ``min_tokens = max_tokens``, with and without a fresh image and constrained choices;
+2. both engines' verification calls alone and at once (the contention of mutual verification);
+3. real MAI runs on forced routes (``agree`` and ``transfer``, fresh image and question each):
+   the prompt sizes of every call and the graph's own overhead.
+
+It then fits :class:`~mai_graph.latency.LatencyModel`. :func:`register` adds the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mai_graph.backends.base import GenerationRequest, VLMBackend
+from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
+from mai_graph.latency import (
+    MODEL_ROUTES,
+    CallSample,
+    CallShape,
+    LatencyModel,
+    Workload,
+    describe,
+    dumps,
+    fit_engine,
+    fit_overlap,
+)
+
+__all__ = ["Fresh", "forced_run", "fresh_run", "profile_pair", "register"]
+
+EXIT_OK = 0
+_WORDS = (
+    "the image shows a red square on a white background with two circles and three lines "
+    "so the answer is B because the square is larger than the circles"
+).split()
+_LETTERS = ("A", "B", "C", "D")
+_QUESTION = "Which colour is the largest shape in the picture?"
+_OPTIONS = {"A": "red", "B": "blue", "C": "green", "D": "yellow"}
+
+# (group, words of text, generated tokens, image, constrained)
+_POINTS: tuple[tuple[str, int, int, bool, bool], ...] = (
+    ("text-40/1", 40, 1, False, False),
+    ("text-40/16", 40, 16, False, False),
+    ("text-40/64", 40, 64, False, False),
+    ("text-250/1", 250, 1, False, False),
+    ("text-250/32", 250, 32, False, False),
+    ("text-700/1", 700, 1, False, False),
+    ("text-700/32", 700, 32, False, False),
+    ("image/1", 20, 1, True, False),
+    ("image/8", 20, 8, True, False),
+    ("image/choice", 20, 0, True, True),
+)
+
+
+class Fresh:
+    """Fresh images and first lines: nothing a call sends was seen by the engine before.
+
+    Args:
+        seed: Seed of the images and nonces.
+        size: Image size (width, height).
+    """
+
+    def __init__(self, seed: int, size: tuple[int, int]) -> None:
+        self.rng = random.Random(seed)
+        self.size = size
+        self.count = 0
+
+    def nonce(self) -> str:
+        """A line no earlier prompt started with."""
+        self.count += 1
+        return f"Request {self.count}-{self.rng.randrange(10**9)}."
+
+    def image(self) -> Any:
+        """A new random picture (an ``ImageRef``)."""
+        from PIL import Image, ImageDraw
+
+        from mai_graph.images import image_ref
+
+        rng = self.rng
+        img = Image.new("RGB", self.size, tuple(rng.randrange(256) for _ in range(3)))
+        draw = ImageDraw.Draw(img)
+        w, h = self.size
+        for _ in range(6):
+            x, y = rng.randrange(w), rng.randrange(h)
+            r = rng.randrange(8, max(9, min(w, h) // 4))
+            colour = tuple(rng.randrange(256) for _ in range(3))
+            draw.ellipse((x - r, y - r, x + r, y + r), fill=colour)
+        return image_ref(img)
+
+
+def _request(fresh: Fresh, words: int, generated: int, image: bool, constrained: bool) -> Any:
+    text = " ".join(_WORDS[i % len(_WORDS)] for i in range(words))
+    parts: list[Any] = []
+    if image:
+        parts.append({"type": "image", "image": fresh.image()})
+    parts.append({"type": "text", "text": f"{_QUESTION}\n{text}"})
+    messages: Any = (
+        {"role": "system", "content": [{"type": "text", "text": fresh.nonce()}]},
+        {"role": "user", "content": parts},
+    )
+    if constrained:
+        return GenerationRequest(messages, max_tokens=16, choices=_LETTERS, purpose="short")
+    return GenerationRequest(messages, max_tokens=generated, min_tokens=generated)
+
+
+async def _timed(backend: VLMBackend, request: GenerationRequest) -> tuple[Any, float]:
+    start = time.perf_counter()
+    gen = await backend.generate(request)
+    return gen, time.perf_counter() - start
+
+
+def _sample(role: str, group: str, gen: Any, wall: float, image: bool, con: bool) -> CallSample:
+    cached = gen.cached_tokens or 0
+    shape = CallShape(
+        role,  # type: ignore[arg-type]
+        "profile",
+        max(gen.prompt_tokens - cached, 0),
+        cached,
+        gen.generated_tokens,
+        image,
+        con,
+    )
+    return CallSample(shape, gen.latency_s, wall, group=group)
+
+
+def _verify_request(fresh: Fresh, ctx: MAIContext, image: Any) -> GenerationRequest:
+    from mai_graph.requests import Question, short_request
+
+    q = Question(f"{fresh.nonce()} {_QUESTION}", image, dict(_OPTIONS), "choice")
+    return short_request(q, ctx)
+
+
+_STEER: dict[str, tuple[dict[str, list[str]], dict[str, list[str]], str]] = {
+    "agree": ({"short": ["A"]}, {"short": ["A"]}, "mai"),
+    "extract_agree": ({"short": ["A"], "s2": ["B"]}, {"short": ["B"]}, "mai"),
+    "transfer": ({"short": ["A"], "s2": ["C"]}, {"short": ["B"], "answer": ["D"]}, "mai"),
+    "small": ({}, {}, "small"),
+    "large": ({}, {}, "large"),
+    "small_cot": ({}, {}, "small_cot"),
+    "large_cot": ({}, {}, "large_cot"),
+}
+
+
+async def forced_run(
+    small: VLMBackend,
+    large: VLMBackend,
+    route: str,
+    *,
+    image: Path,
+    question: str,
+    cot_tokens: int = 32,
+) -> Any:
+    """One MAI run forced onto ``route`` (choices steered, reasoning exactly ``cot_tokens``).
+
+    The engines do all the work (prefill, decode, caching); only the strings the answers may
+    take are narrowed. Give a new image and question each time for a run no cache has seen.
+    """
+    from mai_graph.api import arun
+    from mai_graph.backends.steered import SteeredBackend
+
+    if route not in _STEER:
+        raise ConfigError(
+            f"route must be one of {sorted(_STEER)}, got {route!r}", parameter="route"
+        )
+    steer_small, steer_large, policy = _STEER[route]
+    ctx = MAIContext(
+        policy=policy,  # type: ignore[arg-type]
+        cot_max_tokens=cot_tokens,
+        cot_min_tokens=cot_tokens,
+        short_max_tokens=16,
+        s2_max_tokens=16,
+    )
+    return await arun(
+        question,
+        str(image),
+        options=list(_OPTIONS.values()),
+        small=SteeredBackend(small, steer_small),
+        large=SteeredBackend(large, steer_large),
+        context=ctx,
+    )
+
+
+async def fresh_run(
+    small: VLMBackend, large: VLMBackend, fresh: Fresh, route: str, folder: Path, **kw: Any
+) -> Any:
+    """:func:`forced_run` on a new image and question."""
+    from mai_graph.images import load_image
+
+    path = folder / f"profile-{fresh.count}.png"
+    load_image(fresh.image()).save(path)
+    try:
+        return await forced_run(
+            small, large, route, image=path, question=f"{fresh.nonce()} {_QUESTION}", **kw
+        )
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _critical(metrics: Sequence[Any], client: dict[str, float]) -> float:
+    verify = [m["latency_s"] + client[m["role"]] for m in metrics if m["node"] == "verify"]
+    rest = sum(m["latency_s"] + client[m["role"]] for m in metrics if m["node"] != "verify")
+    return (max(verify) if verify else 0.0) + rest
+
+
+async def profile_pair(
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    rounds: int = 3,
+    image_size: tuple[int, int] = (320, 256),
+    seed: int = 0,
+    say: Callable[[str], None] | None = None,
+) -> LatencyModel:
+    """Measure two running engines and fit the latency model (see the module docstring).
+
+    Args:
+        small: The small model's backend (started, or starting on the first request).
+        large: The large model's backend.
+        rounds: Repeats of every measurement (medians are fitted); at least 2.
+        image_size: Size of the fresh test images (use your data's typical size: the image
+            cost is per image at this size).
+        seed: Seed of the test images, prompts and measurement order.
+        say: Receives progress lines.
+
+    Returns:
+        The fitted model (``source="measured"``), its workload measured on a real MAI run.
+    """
+    import tempfile
+
+    if rounds < 2:
+        raise ConfigError(
+            f"rounds must be at least 2, got {rounds}", parameter="rounds", value=rounds
+        )
+    say = say or (lambda _: None)
+    fresh = Fresh(seed, image_size)
+    order = random.Random(seed + 1)
+    backends = {"small": small, "large": large}
+    samples: dict[str, list[CallSample]] = {"small": [], "large": []}
+    mv: list[tuple[Any, Any, float]] = []
+    runs: dict[str, list[Any]] = {"agree": [], "transfer": []}
+    ctx = MAIContext()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        say("warming up ...")
+        await fresh_run(small, large, fresh, "transfer", folder)
+        for r in range(rounds):
+            say(f"round {r + 1}/{rounds} ...")
+            jobs: list[tuple[str, Any]] = [
+                (role, point) for role in ("small", "large") for point in _POINTS
+            ]
+            jobs += [("mv", None), ("agree", None), ("transfer", None)]
+            order.shuffle(jobs)
+            for kind, point in jobs:
+                if kind in ("small", "large"):
+                    group, words, n, image, con = point
+                    gen, wall = await _timed(backends[kind], _request(fresh, words, n, image, con))
+                    samples[kind].append(_sample(kind, group, gen, wall, image, con))
+                elif kind == "mv":
+                    mv.append(await _mv_round(small, large, fresh, ctx))
+                else:
+                    runs[kind].append(await fresh_run(small, large, fresh, kind, folder))
+    say("fitting ...")
+    model = LatencyModel(
+        small=fit_engine(small.name, samples["small"]),
+        large=fit_engine(large.name, samples["large"]),
+    )
+    model.overlap = fit_overlap(model, mv)
+    model.workload = _workload(runs["transfer"])
+    client = {"small": model.small.client_s, "large": model.large.client_s}
+    overhead = {
+        route: statistics.median(r.wall_s - _critical(r.metrics, client) for r in results)
+        for route, results in runs.items()
+    }
+    scoring = [
+        r.sparsification["scoring_s"] for r in runs["transfer"] if r.sparsification is not None
+    ]
+    model.sparsify_s = statistics.median(scoring) if scoring else 0.0
+    model.run_s = max(overhead["agree"], 0.0)
+    extra = overhead["transfer"] - model.sparsify_s - model.run_s
+    model.node_s = max(extra / 4, 0.0)
+    model.notes = {
+        "rounds": rounds,
+        "image_size": list(image_size),
+        "verification_rounds": [
+            {"small": s.generated, "large": lg.generated, "measured_s": m} for s, lg, m in mv
+        ],
+        "run_overhead_s": overhead,
+    }
+    return model
+
+
+async def _mv_round(
+    small: VLMBackend, large: VLMBackend, fresh: Fresh, ctx: MAIContext
+) -> tuple[CallShape, CallShape, float]:
+    """One concurrent verification pair on a fresh image; the slower call's latency."""
+    image = fresh.image()
+    rs, rl = _verify_request(fresh, ctx, image), _verify_request(fresh, ctx, image)
+    gs, gl = await asyncio.gather(small.generate(rs), large.generate(rl))
+
+    def shape(role: str, gen: Any) -> CallShape:
+        cached = gen.cached_tokens or 0
+        return CallShape(
+            role,  # type: ignore[arg-type]
+            "verify",
+            max(gen.prompt_tokens - cached, 0),
+            cached,
+            gen.generated_tokens,
+            True,
+            True,
+        )
+
+    return shape("small", gs), shape("large", gl), max(gs.latency_s, gl.latency_s)
+
+
+def _workload(runs: Sequence[Any]) -> Workload:
+    """Prompt sizes of a real MAI run on this pair (medians over transfer runs)."""
+
+    def med(values: Sequence[float]) -> int:
+        return round(statistics.median(values))
+
+    by: dict[str, list[Any]] = {}
+    for r in runs:
+        for m in r.metrics:
+            by.setdefault(f"{m['node']}/{m['role']}", []).append((m, r))
+    verify = [m for m, _ in by["verify/small"]]
+    reason = [m for m, _ in by["reason/small"]]
+    s2 = [m for m, _ in by["extract/small"]]
+    answer = by["answer/large"]
+
+    def uncached(m: Any) -> int:
+        return int(m["prompt_tokens"] - (m["cached_tokens"] or 0))
+
+    return Workload(
+        prompt_tokens=med([m["prompt_tokens"] for m in verify]),
+        cot_prompt_tokens=med([m["prompt_tokens"] for m in reason]),
+        reason_uncached=med([uncached(m) for m in reason]),
+        s2_uncached=med([uncached(m) for m in s2]),
+        answer_uncached=med(
+            [max(uncached(m) - (r.sparsification or {}).get("tokens_out", 0), 0) for m, r in answer]
+        ),
+        short_tokens=med([m["generated_tokens"] for m in verify]),
+    )
+
+
+# -- the command -------------------------------------------------------------------------------
+
+_EPILOG = """\
+Measures each engine's prefill and decode costs (a few prompt and output lengths, fresh
+prompts and images), the contention of the two concurrent verification calls and the graph's
+own overhead, fits the latency model and prints per-route latency, MAI's expected latency and
+speedup over large_cot at several agreement rates, and the break-even agreement rate. Every
+number derived from the model is labelled "modelled"; only the fitted speeds are measured.
+
+--what-if predicts a deployment from published decode speeds (tokens/s) without any engine:
+  mai-graph profile --what-if small=61.8,large=47.3 --cot-tokens 300
+(also small_prefill=, large_prefill= tokens/s, small_call_ms=, large_call_ms=, overlap=).
+--from FILE prints a saved model's predictions; eval --latency-model FILE compares them with
+measured route latencies.
+"""
+
+
+def _size(raw: str) -> tuple[int, int]:
+    w, sep, h = raw.lower().partition("x")
+    try:
+        size = (int(w), int(h))
+    except ValueError:
+        size = (0, 0)
+    if not sep or min(size) < 16:
+        raise ConfigError(
+            f"--image-size must be WIDTHxHEIGHT (each >= 16), got {raw!r}",
+            parameter="--image-size",
+            value=raw,
+            fix="e.g. --image-size 320x256",
+        )
+    return size
+
+
+def _rates(raw: str) -> list[float]:
+    try:
+        rates = [float(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        rates = []
+    if not rates or any(not 0 <= r <= 1 for r in rates):
+        raise ConfigError(
+            f"--agree-rates must be numbers in [0, 1], got {raw!r}",
+            parameter="--agree-rates",
+            value=raw,
+            fix="e.g. --agree-rates 0.5,0.7,0.9",
+        )
+    return rates
+
+
+def _workload_from(args: argparse.Namespace, base: Workload) -> Workload:
+    changes: dict[str, Any] = {}
+    for flag, field in (
+        ("cot_tokens", "cot_tokens"),
+        ("large_cot_tokens", "large_cot_tokens"),
+        ("keep_ratio", "keep_ratio"),
+        ("prompt_tokens", "prompt_tokens"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[field] = value
+    if changes.get("prompt_tokens") and base.cot_prompt_tokens:
+        changes["cot_prompt_tokens"] = (
+            base.cot_prompt_tokens - base.prompt_tokens + (changes["prompt_tokens"])
+        )
+    try:
+        return Workload(**{**base.model_dump(), **changes})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-")
+        raise ConfigError(
+            f"{flag}: {first['msg']}, got {first.get('input')!r}", parameter=flag
+        ) from None
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def format_model(
+    model: LatencyModel, workload: Workload, rates: Sequence[float], s2_rate: float
+) -> str:
+    """The printed summary: speeds, per-route predictions, expected MAI, break-even."""
+    lines: list[str] = []
+    what_if = model.source == "what-if"
+    if what_if:
+        lines.append(f"what-if deployment from given speeds: {model.notes.get('what_if')}")
+    else:
+        lines.append(
+            f"measured on {model.small.name} / {model.large.name} "
+            f"({model.notes.get('rounds', '?')} rounds, {model.created})"
+        )
+    lines.append("")
+    lines.append(
+        f"{'engine':<7} {'decode tok/s':>12} {'prefill tok/s':>13} {'call ms':>8} "
+        f"{'image ms':>8} {'choice ms':>9} {'TTFT ms':>8} {'fit err':>8}"
+    )
+    for role, d in describe(model).items():
+        fit = model.engine(role).fit
+        err = f"{100 * fit['median_rel_error']:.1f}%" if fit else "-"
+        prefill = "-" if d["prefill_tok_s"] is None else f"{d['prefill_tok_s']:.0f}"
+        lines.append(
+            f"{role:<7} {d['decode_tok_s']:>12.1f} {prefill:>13} {d['call_ms']:>8.1f} "
+            f"{d['image_ms']:>8.1f} {d['choice_ms']:>9.1f} {d['ttft_ms']:>8.1f} {err:>8}"
+        )
+    source = "given" if what_if else "measured"
+    lines.append(
+        f"({source}; TTFT modelled for a fresh {workload.prompt_tokens}-token prompt"
+        f"{' with an image' if workload.image else ''}; fit err: median relative error of "
+        "the fit over the profiled call shapes)"
+    )
+    if not what_if:
+        lines.append(
+            f"verification overlap {model.overlap:.2f} (0 = the two calls fully concurrent, "
+            f"1 = taking turns); graph overhead {_ms(model.run_s)} ms per run + "
+            f"{_ms(model.node_s)} ms per further node; sparsify {_ms(model.sparsify_s)} ms"
+        )
+    lines.append("")
+    lines.append(
+        f"workload: prompt {workload.prompt_tokens} tokens, reasoning N_S = "
+        f"{workload.cot_tokens}, large_cot reasoning N_L = "
+        f"{workload.large_cot_tokens or workload.cot_tokens}, short answers "
+        f"{workload.short_tokens} tokens, keep ratio {workload.keep_ratio:g} "
+        f"({workload.transfer_tokens} tokens transferred)"
+    )
+    lines.append("")
+    lines.append(f"{'route':<16} {'modelled ms':>11} {'speedup vs large_cot':>21}")
+    routes = model.predict_routes(workload)
+    for route in MODEL_ROUTES:
+        lines.append(
+            f"{route:<16} {_ms(routes[route]):>11} {routes['large_cot'] / routes[route]:>20.2f}x"
+        )
+    lines.append(
+        f"seed model N_S/T_S + N_L'/T_L (decode only, transfer route): "
+        f"{_ms(model.seed_estimate(workload))} ms (modelled)"
+    )
+    lines.append("")
+    lines.append(
+        f"MAI expected latency (modelled; {100 * s2_rate:.0f}% of disagreements settled by S2):"
+    )
+    lines.append(f"{'agree rate':>10} {'MAI ms':>8} {'speedup vs large_cot':>21}")
+    for rate in rates:
+        mai = model.expected_mai(rate, s2_rate, workload)
+        lines.append(f"{100 * rate:>9.0f}% {_ms(mai):>8} {routes['large_cot'] / mai:>20.2f}x")
+    even = model.break_even(s2_rate, workload)
+    if even is None:
+        verdict = "none: MAI is slower than large_cot even when every run agrees"
+    elif even == 0:
+        verdict = "0%: MAI is faster than large_cot at any agreement rate"
+    else:
+        verdict = f"{100 * even:.1f}% of runs must agree for MAI to match large_cot"
+    lines.append(f"break-even agreement rate (modelled, vs large_cot): {verdict}")
+    return "\n".join(lines)
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    rates = _rates(args.agree_rates)
+    if not 0 <= args.s2_exit_rate <= 1:
+        raise ConfigError(
+            f"--s2-exit-rate must be in [0, 1], got {args.s2_exit_rate}",
+            parameter="--s2-exit-rate",
+            value=args.s2_exit_rate,
+        )
+    sources = [bool(args.what_if), bool(args.from_file)]
+    if sum(sources) > 1:
+        raise ConfigError(
+            "--what-if and --from exclude each other",
+            parameter="--what-if",
+            fix="give published speeds or a saved profile, not both",
+        )
+    if args.what_if:
+        model = LatencyModel.what_if(args.what_if)
+    elif args.from_file:
+        model = LatencyModel.load(args.from_file)
+    else:
+        model = _measure(args)
+    if args.out and not args.from_file:
+        path = model.save(args.out)
+        print(f"latency model: {path}", file=sys.stderr)
+    workload = _workload_from(args, model.workload)
+    if args.json:
+        routes = model.predict_routes(workload)
+        print(
+            dumps(
+                {
+                    "model": model.model_dump(),
+                    "modelled": {
+                        "workload": workload.model_dump(),
+                        "routes_s": routes,
+                        "critical_path_s": model.predict_routes(workload, wall=False),
+                        "seed_estimate_s": model.seed_estimate(workload),
+                        "mai": {
+                            str(rate): {
+                                "latency_s": model.expected_mai(rate, args.s2_exit_rate, workload),
+                                "speedup_vs_large_cot": model.speedup(
+                                    rate, args.s2_exit_rate, workload
+                                ),
+                            }
+                            for rate in rates
+                        },
+                        "break_even_agree_rate": model.break_even(args.s2_exit_rate, workload),
+                    },
+                }
+            )
+        )
+    else:
+        print(format_model(model, workload, rates, args.s2_exit_rate))
+    return EXIT_OK
+
+
+def _measure(args: argparse.Namespace) -> LatencyModel:
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+
+    size = _size(args.image_size)
+    if args.tiny is not None:
+        if args.backend not in ("vllm", "transformers"):
+            raise ConfigError(
+                "--tiny runs on --backend vllm or transformers",
+                parameter="--tiny",
+                value=args.backend,
+            )
+        from mai_graph.testing import tiny_backends
+
+        small, large = tiny_backends(args.backend, args.tiny or None)
+    else:
+        if args.backend == "fake":
+            raise ConfigError(
+                "profiling measures real engines; the fake backend has no speed to measure",
+                parameter="--backend",
+                value="fake",
+                fix="use --backend vllm with --small/--large (or --tiny), or --what-if",
+            )
+        from mai_graph.backends.select import backends_for
+
+        small, large = backends_for(
+            args.backend, args.small, args.large, urls=(args.small_url, args.large_url)
+        )
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    async def go() -> LatencyModel:
+        try:
+            say("starting the engines, one after the other ...")
+            await start_backends(small, large)
+            return await profile_pair(
+                small, large, rounds=args.rounds, image_size=size, seed=args.seed, say=say
+            )
+        finally:
+            shutdown_backends(small, large)
+
+    return asyncio.run(go())
+
+
+def register(sub: Any) -> None:
+    """Add ``profile`` to ``mai-graph``'s subparsers."""
+    from mai_graph.backends.select import BACKENDS
+
+    p = sub.add_parser(
+        "profile",
+        help="measure the engines and fit the latency model (per-route latency, speedup, "
+        "break-even)",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--backend", default="vllm", choices=list(BACKENDS))
+    p.add_argument("--small", help="small model: checkpoint path or hub id")
+    p.add_argument("--large", help="large model: checkpoint path or hub id")
+    p.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
+    p.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
+    p.add_argument(
+        "--tiny",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="profile the tiny local pair (built if needed; default folder: cache)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="repeats of each measurement (>= 2)")
+    p.add_argument("--image-size", default="320x256", help="test image size, WIDTHxHEIGHT")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="save the fitted model as JSON (for eval --latency-model)")
+    p.add_argument("--from", dest="from_file", metavar="FILE", help="print a saved model")
+    p.add_argument(
+        "--what-if",
+        metavar="SPEC",
+        help="published speeds instead of measuring, e.g. small=61.8,large=47.3",
+    )
+    p.add_argument("--cot-tokens", type=int, help="reasoning length N_S to predict for")
+    p.add_argument("--large-cot-tokens", type=int, help="large_cot reasoning length N_L")
+    p.add_argument("--keep-ratio", type=float, help="share of the reasoning transferred")
+    p.add_argument("--prompt-tokens", type=int, help="short-answer prompt size, image included")
+    p.add_argument(
+        "--agree-rates", default="0.5,0.7,0.9", help="agreement rates for the expected latency"
+    )
+    p.add_argument(
+        "--s2-exit-rate",
+        type=float,
+        default=0.0,
+        help="share of disagreements settled by the S2 answer (default 0)",
+    )
+    p.add_argument("--json", action="store_true", help="print the model and predictions as JSON")
+    p.set_defaults(func=_cmd_profile)
