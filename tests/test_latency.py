@@ -330,9 +330,10 @@ def test_profile_json_and_from_file(tmp_path, capsys):
     assert modelled["workload"]["cot_tokens"] == 200
     assert set(modelled["routes_s"]) == set(MODEL_ROUTES)
     assert 0 < modelled["break_even_agree_rate"] < 1
-    assert modelled["mai"]["0.9"]["speedup_vs_large_cot"] > modelled["mai"]["0.5"][
-        "speedup_vs_large_cot"
-    ]
+    assert (
+        modelled["mai"]["0.9"]["speedup_vs_large_cot"]
+        > modelled["mai"]["0.5"]["speedup_vs_large_cot"]
+    )
 
 
 @pytest.mark.parametrize(
