@@ -593,13 +593,16 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
             args.backend, args.small, args.large, urls=(args.small_url, args.large_url)
         )
 
+    start = time.perf_counter()
+
     def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:5.0f} s] {line}", file=sys.stderr, flush=True)
 
     async def go() -> LatencyModel:
         try:
             say("starting the engines, one after the other ...")
             await start_backends(small, large)
+            say("measuring ...")
             return await profile_pair(
                 small, large, rounds=args.rounds, image_size=size, seed=args.seed, say=say
             )

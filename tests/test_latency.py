@@ -2,6 +2,7 @@
 
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -355,3 +356,104 @@ def test_profile_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["profile", *argv]) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+# -- profiling, on simulated engines -----------------------------------------------------------
+
+
+class SimEngine:
+    """An engine whose latency is a known EngineProfile, with a prefix cache and image cache."""
+
+    def __init__(self, name, profile):
+        self.name, self.profile = name, profile
+        self.prompts, self.images = [], set()
+
+    def _tokens(self, request):
+        out = []
+        for message in request.messages:
+            out.append(f"<{message['role']}>")
+            if message.get("token_ids"):
+                out += [f"#{t}" for t in message["token_ids"]]
+                continue
+            for part in message["content"]:
+                if part["type"] == "image":
+                    out += [f"<img:{part['image']['sha256'][:8]}>"] * 64
+                elif part.get("token_ids"):
+                    out += [f"#{t}" for t in part["token_ids"]]
+                else:
+                    out += part["text"].split()
+        return out
+
+    async def generate(self, request):
+        from mai_graph.backends.base import Generation
+        from mai_graph.backends.render import common_prefix
+
+        tokens = self._tokens(request)
+        cached = max((common_prefix(tokens, p) for p in self.prompts), default=0)
+        self.prompts.append(tokens)
+        image = request.image
+        fresh = image is not None and image["sha256"] not in self.images
+        if image is not None:
+            self.images.add(image["sha256"])
+        n = max(request.min_tokens, 2 if request.choices else 1)
+        text = request.choices[0] if request.choices else " ".join(["w"] * n)
+        shape = CallShape(
+            "small", "x", len(tokens) - cached, cached, n, fresh, request.choices is not None
+        )
+        return Generation(
+            text=text,
+            model=self.name,
+            prompt_tokens=len(tokens),
+            cached_tokens=cached,
+            generated_tokens=n,
+            latency_s=self.profile.engine_time(shape),
+            token_ids=tuple(range(100, 100 + n)),
+            tokens=tuple([text] if request.choices else [" w"] * n),
+            logprobs=(-0.1,) * n if request.logprobs is not None else None,
+        )
+
+
+async def test_profile_pair_recovers_a_simulated_pair(tmp_path):
+    from mai_graph.profile import profile_pair
+
+    large_true = TRUE.model_copy(update={"decode_token_s": 0.02, "call_s": 0.012})
+    small, large = SimEngine("s", TRUE), SimEngine("l", large_true)
+    lines = []
+    model = await profile_pair(small, large, rounds=2, image_size=(64, 48), say=lines.append)
+    assert lines[0] == "warming up ..." and "round 2/2 ..." in lines
+    for fitted, true in ((model.small, TRUE), (model.large, large_true)):
+        assert fitted.fit["max_rel_error"] < 1e-3
+        for name in ("call_s", "decode_token_s", "image_s", "choice_s"):
+            assert getattr(fitted, name) == pytest.approx(getattr(true, name), rel=0.02), name
+    assert model.overlap == pytest.approx(0.0, abs=1e-3)  # simulated calls never compete
+    w = model.workload
+    assert w.prompt_tokens > 64 and w.short_tokens == 2
+    assert w.reason_uncached < 40 and w.cot_prompt_tokens > w.prompt_tokens
+    # The model reproduces a fresh simulated run's critical path, route by route.
+    from mai_graph.profile import Fresh, fresh_run
+
+    fresh = Fresh(7, (64, 48))
+    for route in ("agree", "extract_agree", "transfer", "small", "large", "large_cot"):
+        result = await fresh_run(small, large, fresh, route, tmp_path, cot_tokens=32)
+        assert result.route == route
+        metrics = result.metrics
+        verify = [m["latency_s"] for m in metrics if m["node"] == "verify"]
+        measured = max(verify, default=0.0) + sum(
+            m["latency_s"] for m in metrics if m["node"] != "verify"
+        )
+        calls = [SimpleNamespace(**m) for m in metrics]
+        assert model.predict_calls(calls) == pytest.approx(measured, rel=0.02, abs=1e-3), route
+        workload = w.model_copy(update={"cot_tokens": 32})
+        modelled = model.predict_route(route, workload, wall=False)
+        assert modelled == pytest.approx(measured, rel=0.05), route
+    assert model.notes["rounds"] == 2 and set(model.notes["run_overhead_s"]) == {
+        "agree",
+        "transfer",
+    }
+
+
+async def test_profile_needs_two_rounds():
+    from mai_graph.profile import profile_pair
+
+    with pytest.raises(ConfigError, match="rounds must be at least 2"):
+        await profile_pair(SimEngine("s", TRUE), SimEngine("l", TRUE), rounds=1)
