@@ -11,7 +11,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 from langgraph.types import Overwrite
 
-from mai_graph.backends.base import Generation, GenerationRequest, StreamingBackend, VLMBackend
+from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
 from mai_graph.context import MAIContext, mai_settings
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState, NodeMetrics
@@ -115,7 +115,7 @@ async def call(
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
     **record}`` when the call ends; otherwise the events go nowhere.
     """
-    if isinstance(backend, StreamingBackend):
+    if streams(backend):
         gen = await backend.generate_stream(
             request,
             lambda text: write({"event": "token", "node": node, "role": role, "text": text}),

@@ -7,10 +7,11 @@ one ``dict`` of upper-case letter to option text, keeping a mapping's own letter
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from mai_graph.errors import ConfigError
 
@@ -105,6 +106,21 @@ def normalize_options(options: object) -> dict[str, str] | None:
     """
     if options is None:
         return None
+    if type(options) is dict:  # the common case, seen again by every node: validated once
+        try:  # the value's type is part of the key: True == 1, but "True" != "1"
+            return dict(_normalized_items(tuple((k, type(v), v) for k, v in options.items())))
+        except TypeError:  # an unhashable option value: validated below, where it fails
+            pass
+    return _normalize(options)
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalized_items(items: tuple[tuple[Any, type, Any], ...]) -> tuple[tuple[str, str], ...]:
+    out = _normalize({k: v for k, _, v in items})
+    return tuple(out.items()) if out else ()
+
+
+def _normalize(options: object) -> dict[str, str] | None:
     if isinstance(options, Mapping):
         out: dict[str, str] = {}
         for key, value in options.items():

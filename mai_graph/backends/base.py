@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
@@ -24,6 +25,7 @@ __all__ = [
     "VLMBackend",
     "VocabularyBackend",
     "check_backend",
+    "streams",
 ]
 
 Purpose = Literal["short", "cot", "s2", "answer", "attention", "warmup", "generate"]
@@ -218,6 +220,24 @@ class ManagedBackend(Protocol):
     def shutdown(self) -> None:
         """Stop the engine and release its memory and processes; idempotent."""
         ...
+
+
+_STREAMS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def streams(backend: object) -> bool:
+    """Whether ``backend`` is a :class:`StreamingBackend`, checked once per backend object.
+
+    A protocol ``isinstance`` costs tens of microseconds (Python 3.11 collects the protocol's
+    members on every check): more than the rest of a node's own work, once per model call.
+    """
+    try:
+        known = _STREAMS.get(backend)
+        if known is None:
+            known = _STREAMS[backend] = isinstance(backend, StreamingBackend)
+        return known
+    except TypeError:  # not weakly referenceable: ask every time
+        return isinstance(backend, StreamingBackend)
 
 
 def check_backend(backend: object, parameter: str) -> VLMBackend:

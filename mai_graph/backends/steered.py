@@ -15,9 +15,9 @@ from mai_graph.backends.base import (
     Generation,
     GenerationRequest,
     Purpose,
-    StreamingBackend,
     TextCallback,
     VLMBackend,
+    streams,
 )
 from mai_graph.errors import ConfigError
 
@@ -65,6 +65,6 @@ class SteeredBackend:
         self, request: GenerationRequest, on_text: TextCallback
     ) -> Generation:
         """Streaming :meth:`generate` (when the inner backend streams)."""
-        if not isinstance(self.inner, StreamingBackend):
+        if not streams(self.inner):
             return await self.generate(request)
         return await self.inner.generate_stream(self._steer(request), on_text)
