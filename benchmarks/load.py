@@ -82,24 +82,30 @@ async def wave(n: int, pairs: list[tuple[object, object]], image: Path, ctx: MAI
 
 
 def report(name: str, rows: list[dict], max_growth_mb: float) -> bool:
+    """Print the waves; True if no run failed and this process's memory stayed flat."""
+    engines = "engines" in rows[0]
     print(f"\n{name}")
-    print("  wave  runs  fail   p50 ms   p90 ms   p99 ms   max ms  runs/s   RSS MB")
+    print("  wave  runs  fail   p50 ms   p90 ms   p99 ms   max ms  runs/s   RSS MB"
+          + ("  engines MB" if engines else ""))  # fmt: skip
     for i, r in enumerate(rows, 1):
         lat = [x * 1000 for x in r["latencies"]] or [float("nan")]
         print(
             f"  {i:>4} {r['n']:>5} {len(r['failures']):>5} {pct(lat, 50):>8.0f} "
             f"{pct(lat, 90):>8.0f} {pct(lat, 99):>8.0f} {max(lat):>8.0f} "
             f"{r['n'] / r['wall']:>7.1f} {r['rss']:>8.1f}"
+            + (f" {r['engines']:>11.1f}" if engines else "")
         )
         for failure in r["failures"][:3]:
             print(f"        {failure}")
     failures = sum(len(r["failures"]) for r in rows)
     growth = rows[-1]["rss"] - rows[0]["rss"] if len(rows) > 1 else 0.0
-    later = [r["rss"] for r in rows[1:]]
-    spread = (max(later) - min(later)) if len(later) > 1 else 0.0
     print(f"  failures: {failures} of {sum(r['n'] for r in rows)} runs")
-    print(f"  memory after wave 1 -> last: {growth:+.1f} MB (waves 2..: spread {spread:.1f} MB; "
-          f"bound {max_growth_mb:g} MB)")  # fmt: skip
+    print(f"  this process's memory, end of wave 1 -> last: {growth:+.1f} MB "
+          f"(bound {max_growth_mb:g} MB)")  # fmt: skip
+    if engines and len(rows) > 1:
+        steps = [b["engines"] - a["engines"] for a, b in zip(rows, rows[1:])]
+        print(f"  engine processes' memory, per wave after the first: "
+              f"{', '.join(f'{d:+.1f}' for d in steps)} MB")  # fmt: skip
     return failures == 0 and growth <= max_growth_mb
 
 
@@ -144,16 +150,16 @@ async def engine_part(args: argparse.Namespace, image: Path) -> bool:
         ]  # fmt: skip
         ctx = MAIContext(cot_max_tokens=args.cot_tokens, cot_min_tokens=args.cot_tokens,
                          short_max_tokens=4)  # fmt: skip
-        pids = [psutil.Process().pid, *small.engine_processes(), *large.engine_processes()]
-        engine_pids = pids[1:]
+        me = [psutil.Process().pid]
+        engine_pids = [*small.engine_processes(), *large.engine_processes()]
         rows = []
         for _ in range(args.waves):
             latencies, failures, wall = await wave(args.engine, pairs, image, ctx, args.timeout)
             gc.collect()
             rows.append(dict(n=args.engine, latencies=latencies, failures=failures, wall=wall,
-                             rss=rss_mb(pids)))  # fmt: skip
+                             rss=rss_mb(me), engines=rss_mb(engine_pids)))  # fmt: skip
         ok = report(f"tiny vLLM pair: {args.engine} concurrent runs per wave, "
-                    f"{args.cot_tokens}-token reasoning; RSS of this process and the "
+                    f"{args.cot_tokens}-token reasoning; RSS of this process and of the "
                     f"{len(engine_pids)} engine processes", rows, args.max_growth_mb)  # fmt: skip
         busy = [b.name for b in (small, large) if b.running_requests() or not await b.engine_idle()]
         print(f"  requests left in the engines after the waves: {busy or 'none'}")

@@ -325,6 +325,8 @@ class VLLMBackend:
                 try:
                     self._engine = AsyncLLM.from_engine_args(args)
                 except Exception as exc:
+                    if self._death is not None:  # a failed restart counts as another death
+                        self._deaths.append(time.monotonic())
                     raise BackendError(
                         f"vLLM engine for {self.model!r} failed to start: {exc}",
                         parameter="model",
