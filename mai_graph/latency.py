@@ -205,6 +205,8 @@ class Workload(_Model):
     """The short-answer prompt: system, image tokens, question, instruction."""
     cot_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
     """The reasoning prompt (default: ``prompt_tokens``)."""
+    prompt_cached: Annotated[int, Field(ge=0)] = 0
+    """Tokens of a new question's first prompt already cached (the shared system prompt)."""
     reason_uncached: Annotated[int, Field(ge=0)] = 32
     """Uncached prompt tokens of the small model's reasoning call after its short answer."""
     s2_uncached: Annotated[int, Field(ge=0)] = 32
@@ -236,10 +238,9 @@ class Workload(_Model):
         pc = self.cot_prompt_tokens or p
         n, short, img, con = self.short_tokens, self.cot_tokens, self.image, self.constrained
 
-        def fresh(
-            role: Role, node: str, prompt: int, generated: int, constrained: bool
-        ) -> CallShape:
-            return CallShape(role, node, prompt, 0, generated, img, constrained)
+        def fresh(role: Role, node: str, prompt: int, generated: int, con: bool) -> CallShape:
+            cached = min(self.prompt_cached, prompt - 1)
+            return CallShape(role, node, prompt - cached, cached, generated, img, con)
 
         def s2(role: Role, reasoned: int) -> CallShape:
             return CallShape(role, "extract", self.s2_uncached, pc + reasoned, n, False, con)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mai_graph.backends.base import GenerationRequest, VLMBackend
+from mai_graph.backends.base import GenerationRequest, StreamingBackend, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.latency import (
@@ -113,14 +113,28 @@ def _request(fresh: Fresh, words: int, generated: int, image: bool, constrained:
         {"role": "system", "content": [{"type": "text", "text": fresh.nonce()}]},
         {"role": "user", "content": parts},
     )
+    # Like every call of the graph: the generated tokens' logprobs come along.
     if constrained:
-        return GenerationRequest(messages, max_tokens=16, choices=_LETTERS, purpose="short")
-    return GenerationRequest(messages, max_tokens=generated, min_tokens=generated)
+        return GenerationRequest(
+            messages, max_tokens=16, choices=_LETTERS, logprobs=0, purpose="short"
+        )
+    return GenerationRequest(messages, max_tokens=generated, min_tokens=generated, logprobs=0)
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+async def _generate(backend: VLMBackend, request: GenerationRequest) -> Any:
+    """A call as the graph's nodes make it: streamed when the backend streams."""
+    if isinstance(backend, StreamingBackend):
+        return await backend.generate_stream(request, _ignore)
+    return await backend.generate(request)
 
 
 async def _timed(backend: VLMBackend, request: GenerationRequest) -> tuple[Any, float]:
     start = time.perf_counter()
-    gen = await backend.generate(request)
+    gen = await _generate(backend, request)
     return gen, time.perf_counter() - start
 
 
@@ -263,7 +277,7 @@ async def profile_pair(
             jobs: list[tuple[str, Any]] = [
                 (role, point) for role in ("small", "large") for point in _POINTS
             ]
-            jobs += [("mv", None), ("agree", None), ("transfer", None)]
+            jobs += [("mv", None), ("mv", None), ("agree", None), ("transfer", None)]
             order.shuffle(jobs)
             for kind, point in jobs:
                 if kind in ("small", "large"):
@@ -310,7 +324,7 @@ async def _mv_round(
     """One concurrent verification pair on a fresh image; the slower call's latency."""
     image = fresh.image()
     rs, rl = _verify_request(fresh, ctx, image), _verify_request(fresh, ctx, image)
-    gs, gl = await asyncio.gather(small.generate(rs), large.generate(rl))
+    gs, gl = await asyncio.gather(_generate(small, rs), _generate(large, rl))
 
     def shape(role: str, gen: Any) -> CallShape:
         cached = gen.cached_tokens or 0
@@ -347,6 +361,7 @@ def _workload(runs: Sequence[Any]) -> Workload:
 
     return Workload(
         prompt_tokens=med([m["prompt_tokens"] for m in verify]),
+        prompt_cached=med([m["cached_tokens"] or 0 for m in verify]),
         cot_prompt_tokens=med([m["prompt_tokens"] for m in reason]),
         reason_uncached=med([uncached(m) for m in reason]),
         s2_uncached=med([uncached(m) for m in s2]),

@@ -1,0 +1,160 @@
+"""The latency model against measurement: per-route predicted vs measured latency.
+
+    python benchmarks/latency_model.py [--rounds 7] [--cot-tokens 300] [--dir TINY]
+
+Starts the tiny local Qwen3-VL pair (random weights) on vLLM, profiles it as `mai-graph
+profile` does, then runs every route ``--rounds`` times, interleaved (each round runs every
+route once, in a shuffled order), each run on a new image and question so no cache has seen
+it, routes forced by steering the answers' choices and the reasoning forced to exactly
+``--cot-tokens`` tokens. Prints, per route, the model's prediction (labelled modelled) and
+the measured median, for the whole run's wall time and for the critical path of model time
+(what `mai-graph eval` reports), with the relative error and whether it is within 15%.
+
+`--reprofile` profiles again after the runs and predicts with the mean of the two models'
+costs, which takes a machine whose load drifts during the benchmark into account.
+"""
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+from mai_graph.latency import LatencyModel
+from mai_graph.profile import Fresh, format_model, fresh_run, profile_pair
+from mai_graph.testing import tiny_backends
+
+ROUTES = ("agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot")
+TOLERANCE = 0.15
+
+
+def critical_path(metrics, sparsify_s):
+    verify = [m["latency_s"] for m in metrics if m["node"] == "verify"]
+    rest = sum(m["latency_s"] for m in metrics if m["node"] != "verify")
+    return (max(verify) if verify else 0.0) + rest + sparsify_s
+
+
+class _Call:
+    def __init__(self, m):
+        self.role, self.node = m["role"], m["node"]
+        self.prompt_tokens, self.cached_tokens = m["prompt_tokens"], m["cached_tokens"]
+        self.generated_tokens = m["generated_tokens"]
+
+
+def averaged(a: LatencyModel, b: LatencyModel) -> LatencyModel:
+    """The mean of two profiles' costs (engine by engine, term by term)."""
+    data = a.model_dump()
+    other = b.model_dump()
+    for role in ("small", "large"):
+        for key, value in data[role].items():
+            if isinstance(value, float):
+                data[role][key] = (value + other[role][key]) / 2
+    for key in ("overlap", "sparsify_s", "run_s", "node_s"):
+        data[key] = (data[key] + other[key]) / 2
+    return LatencyModel.model_validate(data)
+
+
+async def main(args):
+    small, large = tiny_backends("vllm", args.dir)
+    t0 = time.perf_counter()
+    await start_backends(small, large)
+    print(f"engines started in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            await run(args, small, large, Path(tmp))
+    finally:
+        shutdown_backends(small, large)
+
+
+async def run(args, small, large, folder):
+    def say(line):
+        print(line, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    model = await profile_pair(small, large, rounds=args.profile_rounds, seed=1, say=say)
+    say(f"profiled in {time.perf_counter() - t0:.0f} s")
+    workload = model.workload.model_copy(update={"cot_tokens": args.cot_tokens})
+    fresh = Fresh(seed=2, size=(320, 256))
+    order = random.Random(3)
+    walls = {r: [] for r in ROUTES}
+    paths = {r: [] for r in ROUTES}
+    from_calls = {r: [] for r in ROUTES}
+    t0 = time.perf_counter()
+    for i in range(args.rounds):
+        say(f"route round {i + 1}/{args.rounds} ...")
+        routes = list(ROUTES)
+        order.shuffle(routes)
+        for route in routes:
+            result = await fresh_run(small, large, fresh, route, folder, cot_tokens=args.cot_tokens)
+            assert result.route == route, (route, result.route)
+            walls[route].append(result.wall_s)
+            scoring = (result.sparsification or {}).get("scoring_s", 0.0)
+            paths[route].append(critical_path(result.metrics, scoring))
+            from_calls[route].append([_Call(m) for m in result.metrics])
+    say(f"routes measured in {time.perf_counter() - t0:.0f} s")
+    if args.reprofile:
+        later = await profile_pair(small, large, rounds=args.profile_rounds, seed=4, say=say)
+        model = averaged(model, later.model_copy(update={"workload": model.workload}))
+
+    if args.out:
+        model.save(args.out)
+    print(format_model(model, workload, [0.5, 0.7, 0.9], 0.0))
+    print()
+    print(
+        f"tiny Qwen3-VL pair on vLLM (CPU), reasoning {args.cot_tokens} tokens, short answers "
+        f"steered; medians of {args.rounds} interleaved runs per route, each on a new image"
+    )
+    print()
+    head = (
+        f"{'route':<14} {'wall: modelled':>14} {'measured':>9} {'error':>7}   "
+        f"{'critical path: modelled':>23} {'measured':>9} {'error':>7}  {'from calls':>10}"
+    )
+    print(head)
+    print("-" * len(head))
+    within = []
+    for route in ROUTES:
+        pw = model.predict_route(route, workload)
+        pc = model.predict_route(route, workload, wall=False)
+        mw, mc = statistics.median(walls[route]), statistics.median(paths[route])
+        fc = statistics.median(model.predict_calls(c) for c in from_calls[route])
+        ew, ec = (pw - mw) / mw, (pc - mc) / mc
+        ok = abs(ew) <= TOLERANCE and abs(ec) <= TOLERANCE
+        within.append(ok)
+        print(
+            f"{route:<14} {pw * 1e3:>11.0f} ms {mw * 1e3:>6.0f} ms {ew:>+7.1%}   "
+            f"{pc * 1e3:>20.0f} ms {mc * 1e3:>6.0f} ms {ec:>+7.1%}  {fc * 1e3:>7.0f} ms"
+            f"  {'within 15%' if ok else 'OUTSIDE 15%'}"
+        )
+    print()
+    print(
+        "modelled: the latency model's prediction for the profiled workload at this reasoning "
+        "length; measured: medians; from calls: the model applied to each run's own recorded "
+        "token counts (critical path, as `eval --latency-model` predicts)"
+    )
+    spread = {r: (min(walls[r]), max(walls[r])) for r in ROUTES}
+    print(
+        "measured wall range (min-max ms): "
+        + ", ".join(f"{r} {a * 1e3:.0f}-{b * 1e3:.0f}" for r, (a, b) in spread.items())
+    )
+    verdict = "met" if all(within) else "NOT met"
+    print(f"goal every route within 15% (wall and critical path): {verdict}")
+    shapes = workload.calls("transfer")
+    print("transfer route calls (modelled):")
+    for c in shapes:
+        print(f"  {c.node:<8} {c.role:<6} uncached {c.uncached:>4} cached {c.cached:>4} "
+              f"generated {c.generated:>4} -> {model.call_time(c) * 1e3:6.1f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile-rounds", type=int, default=3)
+    parser.add_argument("--cot-tokens", type=int, default=300)
+    parser.add_argument("--reprofile", action="store_true")
+    parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
+    parser.add_argument("--out", help="save the profiled model as JSON")
+    asyncio.run(main(parser.parse_args()))
