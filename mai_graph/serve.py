@@ -50,6 +50,7 @@ from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.result import totals
 from mai_graph.sources import ImagePolicy, resolve_image
+from mai_graph.state import InputState
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -474,8 +475,9 @@ class _Endpoint:
             image = await asyncio.to_thread(resolve_image, source, self.policy)
         return _Run(question, image, options, ctx)
 
-    def inputs(self, run: _Run) -> dict[str, Any]:
-        return {"question": run.question, "image": run.image, "options": run.options}
+    def inputs(self, run: _Run) -> InputState:
+        # Every input key is written, None included: nothing is inherited from elsewhere.
+        return InputState(question=run.question, image=run.image, options=run.options)
 
     def completion(self, out: Mapping[str, Any], wall_s: float, rid: str) -> dict[str, Any]:
         return {
