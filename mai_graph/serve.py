@@ -283,21 +283,16 @@ def _check_supported(body: ChatCompletionRequest) -> None:
         )
 
 
+_TOP_LEVEL = {"temperature": "temperature", "seed": "seed", "short_max_tokens": "max_tokens"}
+"""MAI settings that OpenAI fields set: setting -> request field."""
+
+
 def _context(
     body: ChatCompletionRequest, base: MAIContext, allowed: Collection[str] | None
 ) -> tuple[MAIContext, Any]:
     """The run's settings (server defaults, then the request's) and its options."""
     settings = dict(body.mai or {})
     options = settings.pop("options", None)
-    if allowed is not None:
-        locked = sorted(k for k in settings if k not in allowed and k in MAIContext.model_fields)
-        if locked:
-            raise EndpointError(
-                f"this server does not let requests change {locked}",
-                parameter=f"mai.{locked[0]}",
-                fix=f"change only {sorted(allowed)}",
-                code="setting_not_allowed",
-            )
     mapped: dict[str, Any] = {}
     if body.temperature is not None:
         mapped["temperature"] = float(body.temperature)
@@ -306,12 +301,25 @@ def _context(
     budget = body.max_completion_tokens or body.max_tokens
     if budget is not None:
         mapped["short_max_tokens"] = budget
+
+    def param(field: str) -> str:
+        return _TOP_LEVEL[field] if field in mapped and field not in settings else f"mai.{field}"
+
+    if allowed is not None:
+        known = MAIContext.model_fields
+        locked = sorted(k for k in {**settings, **mapped} if k not in allowed and k in known)
+        if locked:
+            raise EndpointError(
+                f"this server does not let requests change {locked}",
+                parameter=param(locked[0]),
+                fix=f"change only {sorted(allowed)}",
+                code="setting_not_allowed",
+            )
     try:
         ctx = MAIContext(**{**base.model_dump(exclude_defaults=True), **settings, **mapped})
     except ConfigError as exc:
-        field = exc.parameter or "mai"
-        param = field if field in mapped and field not in settings else f"mai.{field}"
-        raise EndpointError(str(exc), parameter=param, code="invalid_value") from None
+        where = param(exc.parameter) if exc.parameter else "mai"
+        raise EndpointError(str(exc), parameter=where, code="invalid_value") from None
     return ctx, options
 
 

@@ -222,6 +222,8 @@ def test_api_key_is_required_and_checked(served):
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling"),
         ({"response_format": {"type": "json_object"}}, "response_format", "json_object"),
         ({"temperature": 9}, "temperature", "temperature must be in"),
+        ({"max_tokens": 5000}, "max_tokens", "short_max_tokens must be an integer in [1, 4096]"),
+        ({"mai": "fast"}, "mai", "valid dictionary"),
     ],
 )
 def test_bad_settings_are_refused_with_400_naming_the_field(served, extra, param, message):
@@ -270,6 +272,9 @@ def test_settings_clients_may_not_change_are_refused():
             c.chat.completions.create(
                 model="mai", messages=question(), extra_body={"mai": {"cot_max_tokens": 4096}}
             )
+        with pytest.raises(openai.BadRequestError, match="temperature") as err:
+            c.chat.completions.create(model="mai", messages=question(), temperature=1.5)
+        assert err.value.body["param"] == "temperature"
         c.chat.completions.create(
             model="mai",
             messages=question(),
