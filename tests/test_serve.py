@@ -381,3 +381,42 @@ def test_api_keys_come_from_env_or_a_file(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("k1\n\nk2\n")
     assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a"}, str(keys)) == ["k1", "k2"]
+
+
+def test_the_serve_command_serves_with_a_key_and_refuses_open_public_listening(capsys, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from mai_graph.cli import EXIT_USAGE, main
+    from tests.servers import free_port, get
+
+    monkeypatch.delenv("MAI_GRAPH_SERVE_API_KEY", raising=False)
+    env = dict(os.environ)
+    assert main(["serve", "--host", "0.0.0.0"]) == EXIT_USAGE
+    assert "without an API key" in capsys.readouterr().err
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mai_graph.cli", "serve", "--port", str(port), "--model-name",
+         "mai-test", "--set", "cot_max_tokens=64"],
+        env={**env, "MAI_GRAPH_SERVE_API_KEY": KEY}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if get(f"http://127.0.0.1:{port}/health")[0] == 200:
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.2)
+        with client(f"http://127.0.0.1:{port}") as c:
+            out = c.chat.completions.create(model="mai-test", messages=question())
+        assert out.model_extra["mai"]["route"] in ("agree", "extract_agree", "transfer")
+        with client(f"http://127.0.0.1:{port}", key="wrong") as c:
+            with pytest.raises(openai.AuthenticationError):
+                c.models.list()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "serving 'mai-test'" in proc.stderr.read()
