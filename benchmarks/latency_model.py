@@ -2,16 +2,15 @@
 
     python benchmarks/latency_model.py [--rounds 7] [--cot-tokens 300] [--dir TINY]
 
-Starts the tiny local Qwen3-VL pair (random weights) on vLLM, profiles it as `mai-graph
-profile` does, then runs every route ``--rounds`` times, interleaved (each round runs every
-route once, in a shuffled order), each run on a new image and question so no cache has seen
-it, routes forced by steering the answers' choices and the reasoning forced to exactly
-``--cot-tokens`` tokens. Prints, per route, the model's prediction (labelled modelled) and
+Starts the tiny local Qwen3-VL pair (random weights) on vLLM and profiles it as `mai-graph
+profile` does, with ``--rounds`` rounds; after each profile round it runs every route once, in
+a shuffled order (so the profile and the routes see the same machine load, which drifts on a
+shared machine), each run on a new image and question so no cache has seen it, routes forced
+by steering the answers' choices and the reasoning forced to exactly ``--cot-tokens`` tokens.
+
+Prints, per route, the model's prediction (labelled modelled) and
 the measured median, for the whole run's wall time and for the critical path of model time
 (what `mai-graph eval` reports), with the relative error and whether it is within 15%.
-
-`--reprofile` profiles again after the runs and predicts with the mean of the two models'
-costs, which takes a machine whose load drifts during the benchmark into account.
 """
 
 import argparse
@@ -24,7 +23,6 @@ import time
 from pathlib import Path
 
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.latency import LatencyModel
 from mai_graph.profile import Fresh, format_model, fresh_run, profile_pair
 from mai_graph.testing import tiny_backends
 
@@ -45,19 +43,6 @@ class _Call:
         self.generated_tokens = m["generated_tokens"]
 
 
-def averaged(a: LatencyModel, b: LatencyModel) -> LatencyModel:
-    """The mean of two profiles' costs (engine by engine, term by term)."""
-    data = a.model_dump()
-    other = b.model_dump()
-    for role in ("small", "large"):
-        for key, value in data[role].items():
-            if isinstance(value, float):
-                data[role][key] = (value + other[role][key]) / 2
-    for key in ("overlap", "sparsify_s", "run_s", "node_s"):
-        data[key] = (data[key] + other[key]) / 2
-    return LatencyModel.model_validate(data)
-
-
 async def main(args):
     small, large = tiny_backends("vllm", args.dir)
     t0 = time.perf_counter()
@@ -74,17 +59,13 @@ async def run(args, small, large, folder):
     def say(line):
         print(line, file=sys.stderr, flush=True)
 
-    t0 = time.perf_counter()
-    model = await profile_pair(small, large, rounds=args.profile_rounds, seed=1, say=say)
-    say(f"profiled in {time.perf_counter() - t0:.0f} s")
-    workload = model.workload.model_copy(update={"cot_tokens": args.cot_tokens})
     fresh = Fresh(seed=2, size=(320, 256))
     order = random.Random(3)
     walls = {r: [] for r in ROUTES}
     paths = {r: [] for r in ROUTES}
     from_calls = {r: [] for r in ROUTES}
-    t0 = time.perf_counter()
-    for i in range(args.rounds):
+
+    async def route_round(i):
         say(f"route round {i + 1}/{args.rounds} ...")
         routes = list(ROUTES)
         order.shuffle(routes)
@@ -95,11 +76,14 @@ async def run(args, small, large, folder):
             scoring = (result.sparsification or {}).get("scoring_s", 0.0)
             paths[route].append(critical_path(result.metrics, scoring))
             from_calls[route].append([_Call(m) for m in result.metrics])
-    say(f"routes measured in {time.perf_counter() - t0:.0f} s")
-    if args.reprofile:
-        later = await profile_pair(small, large, rounds=args.profile_rounds, seed=4, say=say)
-        model = averaged(model, later.model_copy(update={"workload": model.workload}))
 
+    t0 = time.perf_counter()
+    # Profile rounds and route rounds alternate, so both see the same machine load.
+    model = await profile_pair(
+        small, large, rounds=args.rounds, seed=1, say=say, between_rounds=route_round
+    )
+    say(f"profiled and measured in {time.perf_counter() - t0:.0f} s")
+    workload = model.workload.model_copy(update={"cot_tokens": args.cot_tokens})
     if args.out:
         model.save(args.out)
     print(format_model(model, workload, [0.5, 0.7, 0.9], 0.0))
@@ -152,9 +136,7 @@ async def run(args, small, large, folder):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--profile-rounds", type=int, default=3)
     parser.add_argument("--cot-tokens", type=int, default=300)
-    parser.add_argument("--reprofile", action="store_true")
     parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
     parser.add_argument("--out", help="save the profiled model as JSON")
     asyncio.run(main(parser.parse_args()))

@@ -2,9 +2,11 @@
 
 :func:`profile_pair` measures, on running engines, in interleaved rounds:
 
-1. each engine alone, through its backend's ``generate``, at a few prompt lengths (fresh
-   prompts: a unique first line defeats the prefix cache), output lengths forced with
-   ``min_tokens = max_tokens``, with and without a fresh image and constrained choices;
+1. each engine alone, through its backend, at a few prompt lengths (fresh prompts: a unique
+   first line defeats the prefix cache), output lengths forced with ``min_tokens =
+   max_tokens``, with and without a fresh image and constrained choices, and the real
+   short-answer request on a new image; calls are made as the graph makes them (streamed,
+   with logprobs);
 2. both engines' verification calls alone and at once (the contention of mutual verification);
 3. real MAI runs on forced routes (``agree`` and ``transfer``, fresh image and question each):
    the prompt sizes of every call and the graph's own overhead.
@@ -20,7 +22,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,8 @@ _POINTS: tuple[tuple[str, int, int, bool, bool], ...] = (
     ("image/1", 20, 1, True, False),
     ("image/8", 20, 8, True, False),
     ("image/choice", 20, 0, True, True),
+    ("text-250/choice", 250, 0, False, True),
+    ("verify", 0, 0, True, True),  # the real short-answer request on a new image
 )
 
 
@@ -239,6 +243,7 @@ async def profile_pair(
     image_size: tuple[int, int] = (320, 256),
     seed: int = 0,
     say: Callable[[str], None] | None = None,
+    between_rounds: Callable[[int], Awaitable[None]] | None = None,
 ) -> LatencyModel:
     """Measure two running engines and fit the latency model (see the module docstring).
 
@@ -250,6 +255,9 @@ async def profile_pair(
             cost is per image at this size).
         seed: Seed of the test images, prompts and measurement order.
         say: Receives progress lines.
+        between_rounds: Awaited after each round with the round's index: other measurements
+            interleaved with the profile's rounds see the same machine load (speeds on a
+            shared machine drift).
 
     Returns:
         The fitted model (``source="measured"``), its workload measured on a real MAI run.
@@ -282,12 +290,18 @@ async def profile_pair(
             for kind, point in jobs:
                 if kind in ("small", "large"):
                     group, words, n, image, con = point
-                    gen, wall = await _timed(backends[kind], _request(fresh, words, n, image, con))
+                    if group == "verify":
+                        request = _verify_request(fresh, ctx, fresh.image())
+                    else:
+                        request = _request(fresh, words, n, image, con)
+                    gen, wall = await _timed(backends[kind], request)
                     samples[kind].append(_sample(kind, group, gen, wall, image, con))
                 elif kind == "mv":
                     mv.append(await _mv_round(small, large, fresh, ctx))
                 else:
                     runs[kind].append(await fresh_run(small, large, fresh, kind, folder))
+            if between_rounds is not None:
+                await between_rounds(r)
     say("fitting ...")
     model = LatencyModel(
         small=fit_engine(small.name, samples["small"]),

@@ -419,8 +419,16 @@ async def test_profile_pair_recovers_a_simulated_pair(tmp_path):
     large_true = TRUE.model_copy(update={"decode_token_s": 0.02, "call_s": 0.012})
     small, large = SimEngine("s", TRUE), SimEngine("l", large_true)
     lines = []
-    model = await profile_pair(small, large, rounds=2, image_size=(64, 48), say=lines.append)
+    between = []
+
+    async def note(i):
+        between.append(i)
+
+    model = await profile_pair(
+        small, large, rounds=2, image_size=(64, 48), say=lines.append, between_rounds=note
+    )
     assert lines[0] == "warming up ..." and "round 2/2 ..." in lines
+    assert between == [0, 1]
     for fitted, true in ((model.small, TRUE), (model.large, large_true)):
         assert fitted.fit["max_rel_error"] < 1e-3
         for name in ("call_s", "decode_token_s", "image_s", "choice_s"):
