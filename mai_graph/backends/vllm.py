@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +72,23 @@ RESTART_WINDOW_S = 600.0
 _START_LOCK = threading.Lock()  # engines start one after the other
 
 
+class _ShutDown(Exception):
+    """Ends the requests still running when their engine is shut down."""
+
+
+def _end_running_requests(engine: AsyncLLM) -> None:
+    """Fail the requests still running (they would otherwise wait for outputs forever)."""
+    with contextlib.suppress(Exception):
+        engine.output_processor.propagate_error(_ShutDown())
+
+
 async def _stop_output_handler(engine: AsyncLLM) -> None:
-    """Cancel the engine's output handler, so it does not report the engine's exit as a failure."""
+    """End running requests, then cancel the output handler.
+
+    Cancelled, the handler does not report the engine's exit as a failure.
+    """
+    _end_running_requests(engine)
+    await asyncio.sleep(0)  # let the requests see it and abort themselves in the engine
     handler = getattr(engine, "output_handler", None)
     if handler is not None and not handler.done():
         handler.cancel()
@@ -226,6 +242,7 @@ class VLLMBackend:
         """How many times a dead engine was started again."""
         self._deaths: list[float] = []
         self._death: str | None = None
+        self._retired: weakref.WeakSet[AsyncLLM] = weakref.WeakSet()
 
     @classmethod
     def from_engine(cls, engine: AsyncLLM, *, name: str | None = None) -> VLLMBackend:
@@ -345,6 +362,12 @@ class VLLMBackend:
         """Raise the engine's death, if it died more than ``max_restarts`` times lately."""
         now = time.monotonic()
         self._deaths = [t for t in self._deaths if now - t < RESTART_WINDOW_S]
+        if not self._owns_engine:
+            raise BackendError(
+                f"{self.name}: the vLLM engine you passed to from_engine() died ({self._death})",
+                parameter="engine",
+                fix="build a new AsyncLLM and wrap it with VLLMBackend.from_engine()",
+            )
         if len(self._deaths) > self.max_restarts:
             raise BackendError(
                 f"{self.name}: the vLLM engine of {self.model!r} died ({self._death}) and is not "
@@ -373,11 +396,12 @@ class VLLMBackend:
 
     def _dead_error(self, engine: AsyncLLM, request: GenerationRequest) -> BackendError:
         self._discard(engine, f"during request {request.request_id}")
-        restart = (
-            "the next request starts a new engine"
-            if len(self._deaths) <= self.max_restarts
-            else "it is not started again (max_restarts reached); call backend.shutdown()"
-        )
+        if not self._owns_engine:
+            restart = "wrap a new AsyncLLM with VLLMBackend.from_engine()"
+        elif len(self._deaths) <= self.max_restarts:
+            restart = "the next request starts a new engine"
+        else:
+            restart = "it is not started again (max_restarts reached); call backend.shutdown()"
         return BackendError(
             f"{self.name}: the vLLM engine of {self.model!r} died (its engine core process "
             f"exited) during request {request.request_id}",
@@ -414,15 +438,17 @@ class VLLMBackend:
     def shutdown(self) -> None:
         """Stop the engine and free its memory and processes (a later request starts it again).
 
-        The output handler stops first (so the engine's exit is not reported as a failure),
-        then the engine core and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by
-        themselves; this thread waits for them, the engine loop keeps serving other engines.
-        Also clears the record of engine deaths (``max_restarts`` counts afresh).
+        Requests still running fail with a ``BackendError`` saying so. The output handler
+        stops first (so the engine's exit is not reported as a failure), then the engine core
+        and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by themselves; this thread
+        waits for them, the engine loop keeps serving other engines. Also clears the record of
+        engine deaths (``max_restarts`` counts afresh).
         """
         engine, self._engine = self._engine, None
         self._deaths, self._death, self._pids = [], None, []
         if engine is None or not self._owns_engine:
             return
+        self._retired.add(engine)
         loop = self._loop
         if loop is not None and not loop._in_loop():
             loop.run(_stop_output_handler(engine))
@@ -431,6 +457,7 @@ class VLLMBackend:
             # context is closed after them, in turn.
             loop.run(_aclose_client(engine))
         else:
+            _end_running_requests(engine)
             engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
             _close_client(engine)
 
@@ -614,6 +641,13 @@ class VLLMBackend:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if engine in self._retired:
+                raise BackendError(
+                    f"{self.name}: the engine was shut down during request {request.request_id}",
+                    parameter="model",
+                    value=self.model,
+                    fix="a new request starts the engine again (unless the service is stopping)",
+                ) from exc
             if getattr(engine, "errored", False):
                 raise self._dead_error(engine, request) from exc
             if isinstance(exc, ValueError | TypeError):

@@ -103,9 +103,21 @@ async def test_killed_engine_core_fails_the_run_then_restarts_then_fails_fast(ti
     assert backend.engine_processes() == []
 
 
-async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
-    """The engine core and its worker exit on their own (exit code 0), not force-killed."""
+def test_max_restarts_is_validated():
     pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
+    from mai_graph import ConfigError
+    from mai_graph.backends.vllm import VLLMBackend
+
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="max_restarts must be an int >= 0"):
+            VLLMBackend("some/model", max_restarts=bad)
+
+
+async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
+    """The engine core and its worker exit on their own (exit code 0), not force-killed; a
+    request still running fails with an error saying so instead of waiting forever."""
+    pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
+    from mai_graph import GenerationRequest
     from mai_graph.backends.vllm import ENGINE_EXIT_GRACE_S, VLLMBackend
 
     backend = VLLMBackend(str(tiny_pair[0]), name="tiny-small")
@@ -113,9 +125,17 @@ async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
     pids = backend.engine_processes()
     engine = backend._engine
     cores = list(engine.engine_core.resources.engine_manager.processes)
+    long = GenerationRequest(
+        ({"role": "user", "content": [{"type": "text", "text": "Talk."}]},),
+        max_tokens=3000, min_tokens=3000,
+    )  # fmt: skip
+    running = asyncio.create_task(backend.generate(long))
+    await wait_until(lambda: backend.running_requests() > 0, 30, "the request never started")
     start = time.monotonic()
     await asyncio.to_thread(backend.shutdown)
     took = time.monotonic() - start
+    with pytest.raises(BackendError, match="tiny-small: the engine was shut down during request"):
+        await asyncio.wait_for(running, 5)
     assert [p.exitcode for p in cores] == [0], "the engine core was killed, not shut down"
     assert took < ENGINE_EXIT_GRACE_S
     print(f"shutdown of one engine: {took:.1f} s, engine core exit code 0")
