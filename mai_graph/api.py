@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend, check_backend
@@ -33,6 +33,7 @@ def _compiled(small: Models, large: Models) -> Any:
     """The compiled graph of a backend pair (or drafters / chain), built once per lineup."""
     if _many(small) or _many(large):
         return _compiled_shape(small, large)
+    small, large = cast(VLMBackend, small), cast(VLMBackend, large)
     try:
         by_large = _GRAPHS.setdefault(small, weakref.WeakKeyDictionary())
         graph = by_large.get(large)
@@ -45,10 +46,8 @@ def _compiled(small: Models, large: Models) -> Any:
 
 def _compiled_shape(small: Models, large: Models) -> Any:
     """Graphs over drafters or a chain, cached by the backends' identities while they live."""
-    drafters = list(small) if _many(small) else [small]  # type: ignore[arg-type]
-    chain = list(large) if _many(large) else [large]  # type: ignore[arg-type]
-    backends = drafters + [None] + chain  # None marks where the drafters end
-    key = tuple(id(b) for b in backends)
+    drafters, chain = _as_list(small), _as_list(large)
+    key = tuple(id(b) for b in [*drafters, None, *chain])  # None: where the drafters end
     found = _SHAPES.get(key)
     if found is not None and all(r() is not None for r in found[0]):
         return found[1]
@@ -79,10 +78,14 @@ def _many(models: Any) -> bool:
     return isinstance(models, Sequence) and not isinstance(models, str | bytes)
 
 
+def _as_list(models: Models) -> list[VLMBackend]:
+    return list(cast(Sequence[VLMBackend], models)) if _many(models) else [cast(VLMBackend, models)]
+
+
 def _check(small: Models, large: Models) -> None:
     for name, models in (("small", small), ("large", large)):
         if _many(models):
-            for i, b in enumerate(models):
+            for i, b in enumerate(_as_list(models)):
                 check_backend(b, f"{name}[{i}]")
         else:
             check_backend(models, name)

@@ -43,6 +43,7 @@ from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.graph import create_mai_graph
+from mai_graph.images import ImageRef
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import Node, RunScope
 from mai_graph.result import totals
@@ -141,7 +142,7 @@ def messages_to_input(
         options=(dict(opts) if isinstance(opts, Mapping) else list(opts)) if opts else None,
     )
     if len(images) > 1:
-        inputs["images"] = images[1:]
+        inputs["images"] = list[ImageRef | str](images[1:])
     if videos:
         inputs["video"] = videos[0]
     return inputs

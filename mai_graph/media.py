@@ -50,6 +50,7 @@ __all__ = [
     "load_video",
     "resolve_video",
     "sample_indices",
+    "processor_metadata",
     "video_input",
     "video_metadata",
 ]
@@ -555,6 +556,13 @@ def video_metadata(ref: VideoRef) -> dict[str, Any]:
         "video_backend": "opencv",
         "do_sample_frames": False,
     }
+
+
+def processor_metadata(ref: VideoRef) -> dict[str, Any]:
+    """:func:`video_metadata` as Hugging Face video processors take it (``VideoMetadata``)."""
+    meta = video_metadata(ref)
+    del meta["do_sample_frames"]
+    return {**meta, "width": ref["width"], "height": ref["height"]}
 
 
 # -- limits ------------------------------------------------------------------------------------

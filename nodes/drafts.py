@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from mai_graph.answers import extract_answer
 from mai_graph.gate import after_disagreement, agreement_exits, quorum_exits
@@ -35,9 +35,10 @@ _REASONING = ("reasoning", "reasoning_token_ids", "reasoning_tokens", "reasoning
 
 async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
     """Await calls concurrently, results in order; the first failure cancels the rest."""
+    tasks: list[asyncio.Task[T]] = []
     try:
         async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(c) for c in calls]  # type: ignore[arg-type]
+            tasks += [tg.create_task(c) for c in calls]  # type: ignore[arg-type]
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None
     return [t.result() for t in tasks]
@@ -72,8 +73,8 @@ async def _reason(q: Question, scope: RunScope, d: Drafter) -> tuple[dict[str, A
 def _with_reasoning(
     drafts: Sequence[Draft], results: Sequence[tuple[dict[str, Any], NodeMetrics]]
 ) -> tuple[list[Draft], list[NodeMetrics]]:
-    merged = [{**d, **fields} for d, (fields, _) in zip(drafts, results)]
-    return merged, [rec for _, rec in results]  # type: ignore[misc]
+    merged = [cast(Draft, {**d, **fields}) for d, (fields, _) in zip(drafts, results)]
+    return merged, [rec for _, rec in results]
 
 
 async def verify_drafts(

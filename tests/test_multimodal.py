@@ -360,3 +360,31 @@ def test_openai_body_sends_each_image_and_the_video_frames_with_their_hashes(pic
     long = Question.from_input({"question": "q?", "video": str(clip)}, long_ctx)
     with pytest.raises(ConfigError, match="reads the first 32"):
         backend.body(short_request(long, MAIContext()))
+
+
+def test_generated_media_tokens_are_not_spliced_as_media(tiny_pair):
+    """A model may write <|image_pad|> (random weights do when sampling): spliced into the S2
+    prompt it must not read as one more image."""
+    from mai_graph.backends.render import media_ids, render
+
+    pytest.importorskip("transformers")
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_pair[0])
+    tok = processor.tokenizer
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert pad in media_ids(tok)
+    generated = tok.encode("the answer", add_special_tokens=False)
+    messages = (
+        {"role": "user", "content": [{"type": "text", "text": "q?"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "x"}],
+            "token_ids": [generated[0], pad, generated[-1]],
+        },  # fmt: skip
+        {"role": "user", "content": [{"type": "text", "text": "answer only"}]},
+    )
+    rendered = render(tok, messages, set(), template=processor)
+    assert pad not in rendered.token_ids
+    ((start, end),) = rendered.spans
+    assert end - start == 3  # positions kept: the span lines up with the reasoning's tokens

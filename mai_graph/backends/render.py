@@ -109,14 +109,14 @@ def render(
     for m in messages:
         ids = m.get("token_ids")
         if m["role"] == "assistant" and ids:
-            pieces.append(list(ids))
+            pieces.append(_defused(ids, tokenizer))
             marked.append({"role": "assistant", "content": [_text(_sentinel(len(pieces) - 1))]})
             continue
         content: list[Part] = []
         for part in m["content"]:
             part_ids = part.get("token_ids") if part["type"] == "text" else None
             if part_ids:
-                pieces.append(list(part_ids))
+                pieces.append(_defused(part_ids, tokenizer))
                 content.append(_text(_sentinel(len(pieces) - 1)))
             else:
                 content.append(part)
@@ -134,7 +134,7 @@ def render(
     spans = []
     for k, ids in enumerate(pieces):
         tail = chunks[2 * k + 2]
-        if ids[-1] in eos_token_ids:
+        if ids and ids[-1] in eos_token_ids:
             # The engine kept the end-of-turn token; drop its text twin from what follows.
             eos_text = tokenizer.decode([ids[-1]])
             if tail.startswith(eos_text):
@@ -142,6 +142,38 @@ def render(
         spans.append((len(token_ids), len(token_ids) + len(ids)))
         token_ids += ids + _encode(tokenizer, tail)
     return RenderedPrompt(token_ids, images, spans, videos)
+
+
+_MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+_MEDIA_IDS: dict[int, frozenset[int]] = {}
+
+
+def media_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the tokens that mark media in a prompt (Qwen-VL's vision tokens), if it has them.
+
+    A model may *generate* one of them (random weights do, when sampling); spliced into a later
+    prompt it would read as one more image, so spliced ids replace them (:func:`_defused`).
+    """
+    key = id(tokenizer)
+    if key not in _MEDIA_IDS:
+        unk = getattr(tokenizer, "unk_token_id", None)
+        ids = {tokenizer.convert_tokens_to_ids(t) for t in _MEDIA_TOKENS}
+        _MEDIA_IDS[key] = frozenset(i for i in ids if isinstance(i, int) and i != unk)
+    return _MEDIA_IDS[key]
+
+
+def _defused(ids: Sequence[int], tokenizer: Any) -> list[int]:
+    """``ids`` with media tokens replaced by the pad token; without a pad token, dropped.
+
+    Replacing keeps positions, so the spliced span still lines up with the reasoning's tokens.
+    """
+    banned = media_ids(tokenizer)
+    if not banned or not banned.intersection(ids):
+        return list(ids)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if isinstance(pad, int) and pad not in banned:
+        return [pad if i in banned else i for i in ids]
+    return [i for i in ids if i not in banned]
 
 
 def _text(text: str) -> Part:

@@ -271,7 +271,7 @@ def _prompt_tokens(request: GenerationRequest) -> int:
     n = 0
     for message in request.messages:
         for part in message["content"]:
-            n += _IMAGE_TOKENS if part["type"] == "image" else len(part["text"].split())
+            n += len(part["text"].split()) if part["type"] == "text" else _IMAGE_TOKENS
     return n + len(request.messages)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from mai_graph.backends.render import RenderedPrompt
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef, load_image
-from mai_graph.media import VideoRef, load_video, video_metadata
+from mai_graph.media import VideoRef, load_video, processor_metadata
 
 __all__ = ["VISION_KEYS", "image_end", "media_end", "prompt_inputs"]
 
@@ -84,7 +84,7 @@ def _video_slots(
     import numpy as np
 
     video_processor = processor.video_processor
-    metadata = [video_metadata(v) for v in videos]
+    metadata = [processor_metadata(v) for v in videos]
     out = video_processor(
         videos=[np.stack([np.asarray(f) for f in load_video(v)]) for v in videos],
         video_metadata=metadata,
