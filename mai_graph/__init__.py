@@ -14,6 +14,7 @@ from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
 from mai_graph.langchain import MAIChatModel, create_mai_chat_graph
+from mai_graph.media import VideoRef
 from mai_graph.messages import Message
 from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState, MAIState, NodeMetrics, OutputState, Route
@@ -43,6 +44,7 @@ __all__ = [
     "ScriptedBackend",
     "SparsifyStrategy",
     "VLMBackend",
+    "VideoRef",
     "answers_match",
     "arun",
     "create_mai_chat_graph",
