@@ -29,7 +29,6 @@ measured.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,7 +47,9 @@ __all__ = [
     "LatencyModel",
     "MODEL_ROUTES",
     "Workload",
+    "describe",
     "fit_engine",
+    "fit_overlap",
     "parse_what_if",
 ]
 
@@ -767,8 +768,3 @@ def describe(model: LatencyModel) -> dict[str, Any]:
             "ttft_ms": 1000 * e.ttft(model.workload.prompt_tokens, image=model.workload.image),
         }
     return out
-
-
-def dumps(value: Any) -> str:
-    """JSON text of a model's output (for ``--json``)."""
-    return json.dumps(value, indent=1)

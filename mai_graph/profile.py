@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import sys
@@ -38,7 +39,6 @@ from mai_graph.latency import (
     LatencyModel,
     Workload,
     describe,
-    dumps,
     fit_engine,
     fit_overlap,
 )
@@ -567,7 +567,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.json:
         routes = model.predict_routes(workload)
         print(
-            dumps(
+            json.dumps(
                 {
                     "model": model.model_dump(),
                     "modelled": {
@@ -586,7 +586,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
                         },
                         "break_even_agree_rate": model.break_even(args.s2_exit_rate, workload),
                     },
-                }
+                },
+                indent=1,
             )
         )
     else:
