@@ -275,7 +275,9 @@ class OpenAIBackend:
     async def _stream(self, request: GenerationRequest, on_text: TextCallback | None) -> Generation:
         import openai
 
-        body = self.body(request)
+        media = any(p["type"] != "text" for m in request.messages for p in m["content"])
+        # Images are read and encoded off the event loop (a served graph's loop must not block).
+        body = await asyncio.to_thread(self.body, request) if media else self.body(request)
         start = time.perf_counter()
         ttft: float | None = None
         text: list[str] = []

@@ -302,7 +302,7 @@ class VLLMBackend:
 
         from mai_graph.images import image_ref
 
-        ref = image_ref(Image.new("RGB", (64, 64), (127, 127, 127)))
+        ref = await asyncio.to_thread(image_ref, Image.new("RGB", (64, 64), (127, 127, 127)))
         text = {"type": "text", "text": "Warm-up."}
         with_image: Any = ({"role": "user", "content": [{"type": "image", "image": ref}, text]},)
         plain: Any = ({"role": "user", "content": [text]},)
@@ -317,6 +317,20 @@ class VLLMBackend:
         engine = self._engine
         return engine is not None and not getattr(engine, "errored", False)
 
+    def _build_engine(self) -> AsyncLLM:
+        """Build the engine (blocking; engines start one after the other, whoever asks)."""
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if _on_cpu():
+            gib = self._options["kv_cache_gib"]
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(gib or 1)))
+        # The engine core waits this long for its worker to exit before signalling it (the
+        # engine core reads it at shutdown); within ENGINE_EXIT_GRACE_S, with room to spare.
+        os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
+        args = self.engine_args()
+        with _START_LOCK:
+            return AsyncLLM.from_engine_args(args)
+
     async def _start(self) -> None:
         if self._alive():
             return
@@ -329,34 +343,24 @@ class VLLMBackend:
                 self._discard(self._engine, "while idle")
             if self._death is not None:
                 self._check_restart()
-            from vllm.v1.engine.async_llm import AsyncLLM
-
-            if _on_cpu():
-                gib = self._options["kv_cache_gib"]
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(gib or 1)))
-            # The engine core waits this long for its worker to exit before signalling it (the
-            # engine core reads it at shutdown); within ENGINE_EXIT_GRACE_S, with room to spare.
-            os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
-            args = self.engine_args()
-            with _START_LOCK:
-                try:
-                    self._engine = AsyncLLM.from_engine_args(args)
-                except Exception as exc:
-                    if self._death is not None:  # a failed restart counts as another death
-                        self._deaths.append(time.monotonic())
-                    raise BackendError(
-                        f"vLLM engine for {self.model!r} failed to start: {exc}",
-                        parameter="model",
-                        value=self.model,
-                        fix="check the model path and the memory settings "
-                        "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
-                    ) from exc
-            self._pids = _engine_processes(self._engine)
+            try:  # off the event loop: starting an engine imports, reads files, waits on processes
+                self._engine = engine = await asyncio.to_thread(self._build_engine)
+            except Exception as exc:
+                if self._death is not None:  # a failed restart counts as another death
+                    self._deaths.append(time.monotonic())
+                raise BackendError(
+                    f"vLLM engine for {self.model!r} failed to start: {exc}",
+                    parameter="model",
+                    value=self.model,
+                    fix="check the model path and the memory settings "
+                    "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
+                ) from exc
+            self._pids = await asyncio.to_thread(_engine_processes, engine)
             if self._death is not None:
                 self.restarts += 1
                 log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
                             self._death)  # fmt: skip
-            self._bind_tokenizer()
+            await asyncio.to_thread(self._bind_tokenizer)  # reads the processor's files
 
     def _check_restart(self) -> None:
         """Raise the engine's death, if it died more than ``max_restarts`` times lately."""
@@ -623,7 +627,8 @@ class VLLMBackend:
         engine = self._engine
         assert engine is not None
         params = self.sampling_params(request)
-        prompt = self._prompt(request)
+        # Off the event loop: rendering tokenizes, and images may be read and decoded.
+        prompt = await asyncio.to_thread(self._prompt, request)
         start = time.perf_counter()
         ttft: float | None = None
         final = None
