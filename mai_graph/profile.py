@@ -470,7 +470,10 @@ def format_model(
     lines: list[str] = []
     what_if = model.source == "what-if"
     if what_if:
-        lines.append(f"what-if deployment from given speeds: {model.notes.get('what_if')}")
+        lines.append(
+            f"what-if deployment from given speeds: {model.notes.get('what_if')} "
+            "(every latency below is modelled)"
+        )
     else:
         lines.append(
             f"measured on {model.small.name} / {model.large.name} "
@@ -495,7 +498,11 @@ def format_model(
         f"{' with an image' if workload.image else ''}; fit err: median relative error of "
         "the fit over the profiled call shapes)"
     )
-    if not what_if:
+    if what_if:
+        lines.append(
+            f"verification overlap {model.overlap:.2f} (given; default 0: one device per model)"
+        )
+    else:
         lines.append(
             f"verification overlap {model.overlap:.2f} (0 = the two calls fully concurrent, "
             f"1 = taking turns); graph overhead {_ms(model.run_s)} ms per run + "
