@@ -511,15 +511,18 @@ class LatencyModel(_Model):
     def predict_calls(self, calls: Iterable[Any]) -> float:
         """Modelled critical path of recorded calls (``CallRecord``-like objects).
 
-        Uncached tokens are ``prompt_tokens - cached_tokens``; a role's first call on the path
-        is taken to read a fresh image when the model's workload has images; short calls are
-        constrained when its workload's are.
+        Uncached tokens are ``prompt_tokens - cached_tokens``. A role's first call on the path
+        is taken to read a fresh image when the model's workload has images and no more than
+        the shared system prompt (``workload.prompt_cached``) came from the cache (an
+        evaluation that runs several policies over the same samples finds their images
+        cached). Short calls are constrained when the workload's are.
         """
         shapes = []
         seen: set[str] = set()
         for c in calls:
             cached = c.cached_tokens or 0
-            fresh = c.role not in seen and self.workload.image
+            first = c.role not in seen
+            fresh = first and self.workload.image and cached <= self.workload.prompt_cached
             seen.add(c.role)
             shapes.append(
                 CallShape(

@@ -465,3 +465,23 @@ async def test_profile_needs_two_rounds():
 
     with pytest.raises(ConfigError, match="rounds must be at least 2"):
         await profile_pair(SimEngine("s", TRUE), SimEngine("l", TRUE), rounds=1)
+
+
+def test_recorded_calls_charge_an_image_only_when_it_was_not_cached():
+    model = pair(workload=Workload(prompt_cached=32))
+
+    def call(node, role, prompt, cached, generated=2):
+        return SimpleNamespace(
+            node=node, role=role, prompt_tokens=prompt, cached_tokens=cached,
+            generated_tokens=generated,
+        )  # fmt: skip
+
+    fresh = model.predict_calls([call("verify", "small", 180, 32)])
+    seen = model.predict_calls([call("verify", "small", 180, 96)])
+    prefill = model.small.engine_time(CallShape("small", "x", 148, 32, 2, False, True))
+    assert fresh == pytest.approx(prefill + model.small.image_s)
+    assert seen < fresh
+    # A role's later calls never read a fresh image.
+    path = [call("verify", "small", 180, 32), call("reason", "small", 200, 160, 50)]
+    reason = model.small.engine_time(CallShape("small", "reason", 40, 160, 50))
+    assert model.predict_calls(path) == pytest.approx(fresh + reason)
