@@ -124,6 +124,12 @@ async def run(args, small, large, folder):
         "measured wall range (min-max ms): "
         + ", ".join(f"{r} {a * 1e3:.0f}-{b * 1e3:.0f}" for r, (a, b) in spread.items())
     )
+    unsteady = [r for r, (a, b) in spread.items() if b > 2 * a]
+    if unsteady:
+        print(
+            f"load was unsteady during this run (slowest run over twice the fastest: "
+            f"{', '.join(unsteady)}): the medians are unreliable, run again on a quieter machine"
+        )
     verdict = "met" if all(within) else "NOT met"
     print(f"goal every route within 15% (wall and critical path): {verdict}")
     shapes = workload.calls("transfer")
