@@ -32,7 +32,13 @@ from typing_extensions import TypedDict
 
 from mai_graph.errors import ConfigError, ImageError, ImageMismatchError
 from mai_graph.images import ImageRef, load_image, read_file, store_bytes
-from mai_graph.sources import ImagePolicy, decode_base64, readable_path, resolve_image
+from mai_graph.sources import (
+    DEFAULT_MAX_IMAGES,
+    ImagePolicy,
+    decode_base64,
+    readable_path,
+    resolve_image,
+)
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -574,7 +580,7 @@ def check_image_count(count: int, policy: ImagePolicy | None) -> None:
     Raises:
         ImageError: Too many images.
     """
-    limit = (ImagePolicy.trusted() if policy is None else policy).max_images
+    limit = DEFAULT_MAX_IMAGES if policy is None else policy.max_images
     if count > limit:
         raise ImageError(
             f"the question has {count} images, over the limit of {limit}",

@@ -21,7 +21,6 @@ __all__ = [
     "Request",
     "Route",
     "Sparsification",
-    "TransferPiece",
     "run_keys",
 ]
 
@@ -179,14 +178,9 @@ class Draft(TypedDict):
     s2_prob: NotRequired[float | None]
     rank: NotRequired[int]
     """Its place in the ranking of reasonings (0 = best; ``draft_rank``)."""
-
-
-class TransferPiece(TypedDict):
-    """One draft's sparsified reasoning, as the large model reads it."""
-
-    drafter: int
-    text: str
-    token_ids: list[int] | None
+    transfer: NotRequired[str]
+    """Its sparsified reasoning, when the large model reads it (``transfer_drafts`` > 1)."""
+    transfer_token_ids: NotRequired[list[int] | None]
 
 
 class OutputState(TypedDict):
@@ -243,12 +237,8 @@ class MAIState(InputState):
     sparsification: NotRequired[Sparsification]
     drafts: NotRequired[list[Draft]]
     """Runs with several drafts: each draft's short answer, reasoning and S2 answer."""
-    transfer_pieces: NotRequired[list[TransferPiece]]
-    """Runs with several drafts: the sparsified reasonings the large model reads, best first."""
     stage: NotRequired[int]
     """Graphs over a chain of models: the current stage (1 = the first, smallest pair)."""
-    answer_prob: NotRequired[float | None]
-    """Chains: the probability of the answer a stage hands to the next one."""
     answer: NotRequired[str]
     canonical: NotRequired[str]
     route: NotRequired[Route]

@@ -8,17 +8,30 @@ from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, answer_request
-from mai_graph.state import MAIState
+from mai_graph.state import Draft, MAIState
 
 from ._common import Node, RunScope, call, tag_metrics, tagged
+
+
+def transferred_drafts(state: MAIState) -> list[Draft]:
+    """The drafts whose sparsified reasonings the large model reads, best first.
+
+    Only at stage 1 of a run with several drafts and ``transfer_drafts`` > 1; else none.
+    """
+    if (state.get("stage") or 1) > 1:
+        return []
+    chosen = [d for d in state.get("drafts") or () if "transfer" in d]
+    return sorted(chosen, key=lambda d: d.get("rank", d["drafter"]))
 
 
 async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[str, Any]:
     """The large model's final short answer; its prompt shares the verify call's prefix."""
     q = Question.from_state(state, scope.ctx)
-    pieces = state.get("transfer_pieces")
+    pieces = transferred_drafts(state)
     if pieces:  # several drafts' reasonings, best first
-        request = answer_request(q, scope.ctx, [(p["text"], p["token_ids"]) for p in pieces], None)
+        request = answer_request(
+            q, scope.ctx, [(d["transfer"], d.get("transfer_token_ids")) for d in pieces], None
+        )
     else:
         request = answer_request(
             q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
@@ -35,8 +48,8 @@ async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[st
 def make_answer(lineup: Lineup) -> Node:
     """The ``answer`` node with its backend bound.
 
-    In a chain, a stage before the last hands its answer (and its probability) to the next
-    stage instead of ending the run: no ``route`` is set, and the graph goes on to ``escalate``.
+    In a chain, a stage before the last hands its answer to the next stage instead of ending the
+    run: no ``route`` is set, and the graph goes on to ``escalate``.
     """
     large = lineup.chain[0]
     if lineup.stages == 1:
@@ -46,9 +59,8 @@ def make_answer(lineup: Lineup) -> Node:
         stage = state.get("stage") or 1
         update = await answer(state, tagged(scope, stage=stage), lineup.chain[stage - 1])
         update = tag_metrics(update, stage=stage)
-        if stage < lineup.stages:
+        if stage < lineup.stages:  # its record's answer_prob travels with it (escalate)
             del update["route"]
-            update["answer_prob"] = update["metrics"][-1]["answer_prob"]
         return update
 
     return Node("answer", core)

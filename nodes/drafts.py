@@ -22,7 +22,7 @@ from mai_graph.media import check_backends
 from mai_graph.requests import Question, cot_request, s2_request, short_request
 from mai_graph.scoring import TokenScorer
 from mai_graph.sources import ImagePolicy
-from mai_graph.state import Draft, MAIState, NodeMetrics, Sparsification, TransferPiece
+from mai_graph.state import Draft, MAIState, NodeMetrics, Sparsification
 
 from ._common import RunScope, call, tagged
 from .sparsify import sparsify
@@ -230,37 +230,38 @@ async def sparsify_drafts(
 ) -> dict[str, Any]:
     """Sparsify the best ``transfer_drafts`` reasonings, each as the single-draft step would.
 
-    Writes ``transfer_pieces`` (best first) for the large model, ``transfer`` (their texts, one
-    per line) and one ``sparsification`` summing them (``dropped_mass`` weighted by tokens).
+    Each chosen draft gets its ``transfer`` (and ``transfer_token_ids``) for the large model;
+    the run's ``transfer`` holds their texts, one per line, and one ``sparsification`` sums
+    them (``dropped_mass`` weighted by tokens).
     """
     ctx = scope.ctx
-    drafts = sorted(state.get("drafts") or [], key=lambda d: d.get("rank", d["drafter"]))
-    pieces: list[TransferPiece] = []
+    drafts = list(state.get("drafts") or [])
+    order = sorted(range(len(drafts)), key=lambda i: drafts[i].get("rank", drafts[i]["drafter"]))
     infos: list[Sparsification] = []
-    for draft in drafts[: ctx.transfer_drafts]:
-        view: Any = {**state, **{k: draft.get(k) for k in _REASONING}}
+    texts: list[str] = []
+    for i in order[: ctx.transfer_drafts]:
+        view: Any = {**state, **{k: drafts[i].get(k) for k in _REASONING}}
         out = await sparsify(view, ctx, scorers, share_ids)
-        pieces.append(
-            TransferPiece(
-                drafter=draft["drafter"], text=out["transfer"], token_ids=out["transfer_token_ids"]
-            )
-        )
+        drafts[i] = cast(
+            Draft,
+            {**drafts[i], "transfer": out["transfer"],
+             "transfer_token_ids": out["transfer_token_ids"]},
+        )  # fmt: skip
+        texts.append(out["transfer"])
         infos.append(out["sparsification"])
     tokens_in = sum(i["tokens_in"] for i in infos)
     tokens_out = sum(i["tokens_out"] for i in infos)
-    dropped = (
-        sum(i["dropped_mass"] * i["tokens_in"] for i in infos) / tokens_in if tokens_in else 0.0
-    )
+    dropped = sum(i["dropped_mass"] * i["tokens_in"] for i in infos)
     return {
-        "transfer": "\n".join(p["text"] for p in pieces),
+        "drafts": drafts,
+        "transfer": "\n".join(texts),
         "transfer_token_ids": None,
-        "transfer_pieces": pieces,
         "sparsification": Sparsification(
             strategy=ctx.sparsify,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             kept_ratio=tokens_out / tokens_in if tokens_in else 1.0,
-            dropped_mass=dropped,
+            dropped_mass=dropped / tokens_in if tokens_in else 0.0,
             scoring_s=sum(i["scoring_s"] for i in infos),
         ),
     }

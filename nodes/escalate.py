@@ -35,11 +35,17 @@ STAGE_KEYS = (
     "s2_prob",
     "transfer",
     "transfer_token_ids",
-    "transfer_pieces",
     "sparsification",
-    "answer_prob",
 )
 """What one stage's escalation filled; cleared for the next stage."""
+
+
+def handed_on_probability(state: MAIState) -> float | None:
+    """The probability of the answer the previous stage hands on (its last answer call's)."""
+    for rec in reversed(state.get("metrics") or []):
+        if rec["node"] == "answer":
+            return rec["answer_prob"]
+    return None
 
 
 async def escalate(
@@ -53,7 +59,7 @@ async def escalate(
     q = Question.from_state(state, ctx)
     update: dict[str, Any] = {k: None for k in STAGE_KEYS if state.get(k) is not None}
     small_canonical = state.get("canonical") or ""
-    small_prob = state.get("answer_prob")
+    small_prob = handed_on_probability(state)
     update.update(
         stage=stage,
         small_answer=state.get("answer") or "",

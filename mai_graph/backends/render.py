@@ -144,12 +144,13 @@ def render(
     return RenderedPrompt(token_ids, images, spans, videos)
 
 
-_MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+_MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>")
+"""Qwen-VL's placeholders: engines expand each into an image's or a video's tokens."""
 _MEDIA_IDS: dict[int, frozenset[int]] = {}
 
 
 def media_ids(tokenizer: Any) -> frozenset[int]:
-    """Ids of the tokens that mark media in a prompt (Qwen-VL's vision tokens), if it has them.
+    """Ids of the tokens that stand for media in a prompt (Qwen-VL's placeholders), if any.
 
     A model may *generate* one of them (random weights do, when sampling); spliced into a later
     prompt it would read as one more image, so spliced ids replace them (:func:`_defused`).
