@@ -128,15 +128,22 @@ def engine_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def replicas(
-    models: Sequence[tuple[str, str | Path, str]], log_dir: Path, timeout: float = 400
+    models: Sequence[tuple[str, str | Path, str] | tuple[str, str | Path, str, dict[str, str]]],
+    log_dir: Path,
+    timeout: float = 400,
 ) -> Iterator[list[Server]]:
-    """Start ``(name, model dir, served name)`` servers at once; stop them all at the end."""
+    """Start ``(name, model dir, served name[, environment])`` servers at once.
+
+    All are stopped at the end. The optional environment is added to the server's (e.g.
+    ``VLLM_CPU_OMP_THREADS_BIND`` to pin a replica to its own core).
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     servers: list[Server] = []
     try:
-        for name, model, served in models:
+        for name, model, served, *more in models:
             port = free_port()
-            server = _spawn(name, vllm_command(model, served, port), port, log_dir, engine_env())
+            env = {**engine_env(), **(more[0] if more else {})}
+            server = _spawn(name, vllm_command(model, served, port), port, log_dir, env)
             server.served = served
             servers.append(server)
         _wait_healthy(servers, timeout)
