@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from mai_graph.backends.select import BACKENDS
+from mai_graph.backends.select import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
@@ -104,59 +104,10 @@ def _options(args: argparse.Namespace) -> Any:
         ) from None
 
 
-def _add_backend_flags(p: argparse.ArgumentParser) -> None:
-    """The model flags of ``run`` and ``serve``: one kind for both, or one per model."""
-    p.add_argument(
-        "--backend",
-        default="fake",
-        choices=list(BACKENDS),
-        help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
-        "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
-        "(vllm serve, vllm-router; --small/--large are the served model names)",
-    )
-    p.add_argument("--small", help="small model: checkpoint path, hub id or served name")
-    p.add_argument("--large", help="large model: checkpoint path, hub id or served name")
-    for role, port in (("small", 8000), ("large", 8001)):
-        p.add_argument(
-            f"--{role}-backend",
-            choices=list(BACKENDS),
-            help=f"the {role} model's kind, overriding --backend (mixed deployments)",
-        )
-        p.add_argument(
-            f"--{role}-url",
-            help=f"the {role} model's server (a vllm serve or vllm-router base URL, e.g. "
-            f"http://10.0.0.5:{port}/v1); makes it remote. Its API key: "
-            f"MAI_GRAPH_{role.upper()}_API_KEY (default with --backend openai: "
-            f"http://127.0.0.1:{port}/v1)",
-        )
-    p.add_argument(
-        "--request-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="remote models: longest a request may take",
-    )
-    p.add_argument(
-        "--request-retries",
-        type=int,
-        metavar="N",
-        help="remote models: resend a request that failed before its answer started "
-        "(connection error, 429, 5xx) up to N times (default 2)",
-    )
-
-
 def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
-    from mai_graph.backends.select import api_keys_from_env, backends_for
+    from mai_graph.backends.select import backends_from_args
 
-    return backends_for(
-        args.backend,
-        args.small,
-        args.large,
-        urls=(args.small_url, args.large_url),
-        kinds=(args.small_backend, args.large_backend),
-        api_keys=api_keys_from_env(),
-        timeout_s=args.request_timeout,
-        retries=args.request_retries,
-    )
+    return backends_from_args(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -255,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='the options as JSON: a letter -> text object (\'{"A": "cat", "B": "dog"}\', '
         "letters kept) or a list of texts",
     )
-    _add_backend_flags(run)
+    add_backend_flags(run)
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_context_flags(run)
     run.set_defaults(func=_cmd_run)
@@ -277,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_backend_flags(serve)
+    add_backend_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on")
     serve.add_argument("--model-name", default="mai", help="the model id clients send")

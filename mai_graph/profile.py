@@ -624,11 +624,9 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
                 value="fake",
                 fix="use --backend vllm with --small/--large (or --tiny), or --what-if",
             )
-        from mai_graph.backends.select import backends_for
+        from mai_graph.backends.select import backends_from_args
 
-        small, large = backends_for(
-            args.backend, args.small, args.large, urls=(args.small_url, args.large_url)
-        )
+        small, large = backends_from_args(args)
 
     start = time.perf_counter()
 
@@ -651,7 +649,7 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
 
 def register(sub: Any) -> None:
     """Add ``profile`` to ``mai-graph``'s subparsers."""
-    from mai_graph.backends.select import BACKENDS
+    from mai_graph.backends.select import add_backend_flags
 
     p = sub.add_parser(
         "profile",
@@ -660,11 +658,7 @@ def register(sub: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--backend", default="vllm", choices=list(BACKENDS))
-    p.add_argument("--small", help="small model: checkpoint path or hub id")
-    p.add_argument("--large", help="large model: checkpoint path or hub id")
-    p.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
-    p.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
+    add_backend_flags(p, default="vllm")
     p.add_argument(
         "--tiny",
         nargs="?",

@@ -11,8 +11,9 @@ users of the machine can read), and no backend shows its key in a message, log o
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mai_graph.errors import ConfigError
@@ -20,9 +21,11 @@ from mai_graph.errors import ConfigError
 __all__ = [
     "BACKENDS",
     "ROLES",
+    "add_backend_flags",
     "api_keys_from_env",
     "backend_for",
     "backends_for",
+    "backends_from_args",
     "backends_from_env",
 ]
 
@@ -268,3 +271,70 @@ def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
         raise ConfigError(
             f"MAI_GRAPH_BACKEND: {exc}", parameter=exc.parameter, value=exc.value
         ) from None
+
+
+def add_backend_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str = "fake",
+    kinds: Sequence[str] = BACKENDS,
+    kinds_help: str = "",
+) -> None:
+    """The model flags every command shares: one kind for both models, or one per model.
+
+    Args:
+        parser: The command's parser.
+        default: The default ``--backend``.
+        kinds: The accepted ``--backend`` values (the registry's, plus a command's own).
+        kinds_help: What a command's own kinds mean, appended to the help.
+    """
+    parser.add_argument(
+        "--backend",
+        default=default,
+        choices=list(kinds),
+        help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
+        "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
+        "(vllm serve, vllm-router; --small/--large are the served model names)" + kinds_help,
+    )
+    parser.add_argument("--small", help="small model: checkpoint path, hub id or served name")
+    parser.add_argument("--large", help="large model: checkpoint path, hub id or served name")
+    for role, port in (("small", 8000), ("large", 8001)):
+        parser.add_argument(
+            f"--{role}-backend",
+            choices=list(BACKENDS),
+            help=f"the {role} model's kind, overriding --backend (mixed deployments)",
+        )
+        parser.add_argument(
+            f"--{role}-url",
+            help=f"the {role} model's server (a vllm serve or vllm-router base URL, e.g. "
+            f"http://10.0.0.5:{port}/v1); makes it remote. Its API key: "
+            f"MAI_GRAPH_{role.upper()}_API_KEY (default with --backend openai: "
+            f"http://127.0.0.1:{port}/v1)",
+        )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="remote models: longest a request may take",
+    )
+    parser.add_argument(
+        "--request-retries",
+        type=int,
+        metavar="N",
+        help="remote models: resend a request that failed before its answer started "
+        "(connection error, 429, 5xx) up to N times (default 2)",
+    )
+
+
+def backends_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The (small, large) backends the flags of :func:`add_backend_flags` name."""
+    return backends_for(
+        args.backend,
+        args.small,
+        args.large,
+        urls=(args.small_url, args.large_url),
+        kinds=(args.small_backend, args.large_backend),
+        api_keys=api_keys_from_env(),
+        timeout_s=args.request_timeout,
+        retries=args.request_retries,
+    )

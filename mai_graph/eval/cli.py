@@ -83,9 +83,9 @@ def _backends(args: argparse.Namespace, samples: Any) -> tuple[Any, Any]:
         raise ConfigError(
             "--sim applies to --backend simulated or oracle", parameter="--sim", value=args.sim
         )
-    from mai_graph.cli import _backends as named_backends
+    from mai_graph.backends.select import backends_from_args
 
-    return named_backends(args)
+    return backends_from_args(args)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -271,18 +271,14 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _add_backend_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--backend",
-        default="fake",
-        choices=_BACKENDS,
-        help="fake: canned offline answers; vllm / transformers: in-process engines; openai: "
-        "OpenAI-compatible servers; simulated / oracle: answers from the dataset's gold "
-        "answers at set accuracies (no model)",
+    from mai_graph.backends.select import BACKENDS, add_backend_flags
+
+    add_backend_flags(
+        p,
+        kinds=(*BACKENDS, "simulated", "oracle"),
+        kinds_help="; simulated / oracle: answers from the dataset's gold answers at set "
+        "accuracies (no model)",
     )
-    p.add_argument("--small", help="small model: checkpoint path or hub id")
-    p.add_argument("--large", help="large model: checkpoint path or hub id")
-    p.add_argument("--small-url", help="openai: small server (default http://127.0.0.1:8000/v1)")
-    p.add_argument("--large-url", help="openai: large server (default http://127.0.0.1:8001/v1)")
     p.add_argument(
         "--sim",
         action="append",
