@@ -23,7 +23,7 @@ from PIL import Image, ImageDraw
 
 from mai_graph import MAIContext, arun
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.backends.render import common_prefix, render
+from mai_graph.backends.render import common_prefix, media_ids, render
 from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
 from mai_graph.testing import tiny_backends
 
@@ -85,12 +85,17 @@ def media_tokens(backend, request, gen):
 
 
 def shares(small_calls, large_calls, backend_small, backend_large):
-    """(S2 cached share, transfer cached share) of a transfer run, or None where absent."""
-    s2_shares = []
-    cots = [(r, g) for r, g in small_calls if r.purpose == "cot"]
-    s2s = [(r, g) for r, g in small_calls if r.purpose == "s2"]
-    for (_, cot_gen), (_, s2_gen) in zip(cots, s2s):
-        s2_shares.append((s2_gen.cached_tokens or 0) / (cot_gen.prompt_tokens + COT - 1))
+    """(S2 cached shares, transfer cached share, reasonings holding a media placeholder).
+
+    A sampled random-weight reasoning may contain an image / video placeholder token; the S2
+    prompt replaces it (it must not read as media), so the cache serves S2 only up to there.
+    """
+    s2_shares, defused = [], 0
+    banned = media_ids(backend_small.tokenizer)
+    cot_gens = [g for r, g in small_calls if r.purpose == "cot"]  # every draft's: same prompt
+    for request, s2_gen in [(r, g) for r, g in small_calls if r.purpose == "s2"]:
+        s2_shares.append((s2_gen.cached_tokens or 0) / (cot_gens[0].prompt_tokens + COT - 1))
+        defused += bool(banned.intersection(request.messages[-2].get("token_ids") or []))
     shorts = [(r, g) for r, g in large_calls if r.purpose == "short"]
     answers = [(r, g) for r, g in large_calls if r.purpose == "answer"]
     transfer = None
@@ -101,7 +106,7 @@ def shares(small_calls, large_calls, backend_small, backend_large):
                                render(tok, ans_req.messages, set()).token_ids)  # fmt: skip
         prefix += media_tokens(backend_large, short_req, short_gen)
         transfer = (ans_gen.cached_tokens or 0) / prefix
-    return (statistics.median(s2_shares) if s2_shares else None), transfer
+    return s2_shares, transfer, defused
 
 
 _cases = itertools.count()
@@ -189,11 +194,11 @@ async def main(args):
 
 
 async def run_benchmark(args, small, large, media):
-    table = scenarios(small, large, media)
+    table = {k: v for k, v in scenarios(small, large, media).items() if args.only in k}
     for go in table.values():  # warm-up: first-use costs (processors, kernels) are not measured
         await go()
-    rows = {name: {"wall": [], "s2": [], "transfer": [], "calls": 0, "prompt": 0, "route": ""}
-            for name in table}  # fmt: skip
+    rows = {name: {"wall": [], "s2": [], "transfer": [], "calls": 0, "prompt": 0, "route": "",
+                   "defused": 0} for name in table}  # fmt: skip
     for _ in range(args.repeats):
         for name, go in table.items():  # interleaved: machine noise spreads over every shape
             result, smalls, larges = await go()
@@ -202,9 +207,9 @@ async def run_benchmark(args, small, large, media):
             row["route"] = f"{result.route}" + (f"@{result.stage}" if result.stage else "")
             row["calls"] = int(result.totals["calls"])
             row["prompt"] = int(result.totals["prompt_tokens"])
-            s2, tr = shares(smalls[0].calls, larges[-1].calls, small, large)
-            if s2 is not None:
-                row["s2"].append(s2)
+            s2, tr, defused = shares(smalls[0].calls, larges[-1].calls, small, large)
+            row["s2"] += s2
+            row["defused"] += defused
             if tr is not None:
                 row["transfer"].append(tr)
 
@@ -220,6 +225,10 @@ async def run_benchmark(args, small, large, media):
         tr = f"{statistics.median(row['transfer']):.1%}" if row["transfer"] else "-"
         print(f"{name:<26} {row['route']:<15} {statistics.median(row['wall']) * 1e3:>10.0f} "
               f"{row['calls']:>6} {row['prompt']:>10} {s2:>10} {tr:>16}")  # fmt: skip
+    held = [f"{name} {row['defused']}/{len(row['s2'])}" for name, row in rows.items()
+            if row["defused"]]  # fmt: skip
+    print("\nS2 calls whose spliced reasoning held an image/video placeholder (random weights;")
+    print(f"replaced, so the cache serves S2 only up to it): {', '.join(held) or 'none'}")
 
 
 if __name__ == "__main__":
@@ -227,4 +236,5 @@ if __name__ == "__main__":
     parser.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
+    parser.add_argument("--only", default="", help="run the shapes whose name contains this")
     asyncio.run(main(parser.parse_args()))

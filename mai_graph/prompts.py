@@ -10,6 +10,7 @@ every call, each engine's prefix cache serves them to every later call of a run.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from mai_graph.answers import AnswerKind, Options
 from mai_graph.context import MAIContext
@@ -105,10 +106,10 @@ def _head(
     }
     parts: list[Part] = []
     if image is not None:
-        if isinstance(image, Sequence):
+        if isinstance(image, tuple | list):
             parts.extend({"type": "image", "image": ref} for ref in image)
         else:
-            parts.append({"type": "image", "image": image})
+            parts.append({"type": "image", "image": cast(ImageRef, image)})
     parts.extend({"type": "video", "video": video} for video in videos)
     parts.append({"type": "text", "text": question_block(question, options)})
     return system, parts
