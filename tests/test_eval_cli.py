@@ -133,3 +133,15 @@ def test_docs_mention_every_eval_and_calibrate_flag():
             for flag in action.option_strings:
                 if flag.startswith("--") and flag not in ("--help", "--verbose"):
                     assert flag in docs, f"docs/evaluation.md does not mention {command} {flag}"
+
+
+def test_branches_refuse_drafter_runs_they_cannot_replay(tmp_path, capsys):
+    from mai_graph.cli import main
+
+    data = tmp_path / "data"
+    assert main(["synth-data", str(data), "--n", "5"]) == 0
+    argv = ["eval", "--data", str(data / "data.jsonl"), "--policies", "mai", "--backend", "fake",
+            "--set", "drafts=3", "--set", "draft_temperature=0.7", "--branches",
+            "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    assert "drafts" in capsys.readouterr().err

@@ -339,6 +339,13 @@ async def arun_eval(
             value=list(keep_ratios),
             fix="add --branches",
         )
+    if branches and base.drafts > 1:
+        raise ConfigError(
+            f"branches replay two-model runs; this context asks for {base.drafts} drafts",
+            parameter="branches",
+            value=base.drafts,
+            fix="measure drafter runs live (drop --branches), or record with drafts=1",
+        )
     ratios = _check_ratios(keep_ratios, base.keep_ratio)
     ids = [s.id for s in samples]
     if len(set(ids)) != len(ids):
