@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import textwrap
@@ -293,6 +294,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_loggers() -> None:
+    """Library notices at import (no Triton, no CUDA runtime) only at error level.
+
+    Engine processes are spawned: they import this module first (it is the console script's
+    main module) and so run this too, before the libraries log their import-time notices.
+    """
+    for name in ("vllm", "torch", "torch.utils.cpp_extension"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+if os.environ.get("MAI_GRAPH_QUIET"):
+    _quiet_loggers()
+
+
 def quiet_engines() -> None:
     """Engine logs at error level and library warnings off: the output is the product's.
 
@@ -302,6 +317,8 @@ def quiet_engines() -> None:
     """
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("MAI_GRAPH_QUIET", "1")  # read by engine processes (see below)
+    _quiet_loggers()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")

@@ -113,11 +113,15 @@ async def _aclose_client(engine: AsyncLLM) -> None:
     _close_client(engine)
 
 
-def _engine_processes(engine: AsyncLLM) -> list[int]:
-    """Process ids of the engine's core process(es) and their children (the workers)."""
+def _core_pids(engine: AsyncLLM) -> list[int]:
+    """Process ids of the engine's core process(es)."""
     manager = getattr(getattr(engine, "engine_core", None), "resources", None)
     manager = getattr(manager, "engine_manager", None)
-    pids = [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
+    return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
+
+
+def _with_children(pids: list[int]) -> list[int]:
+    """``pids`` and their children (an engine core's workers); reads /proc (blocking)."""
     try:
         import psutil
     except ImportError:  # pragma: no cover - psutil comes with vLLM
@@ -275,6 +279,8 @@ class VLLMBackend:
             kwargs["gpu_memory_utilization"] = o["gpu_memory_utilization"] or 0.05
         if o["block_size"] is not None or cpu:
             kwargs["block_size"] = o["block_size"] or 32
+        if os.environ.get("MAI_GRAPH_QUIET"):  # the CLI's quiet mode: no loading progress bars
+            kwargs["use_tqdm_on_load"] = False
         kwargs.update(self._engine_kwargs)
         return AsyncEngineArgs(**kwargs)
 
@@ -317,8 +323,12 @@ class VLLMBackend:
         engine = self._engine
         return engine is not None and not getattr(engine, "errored", False)
 
-    def _build_engine(self) -> AsyncLLM:
-        """Build the engine (blocking; engines start one after the other, whoever asks)."""
+    def _build_engine(self) -> None:
+        """Build the engine into ``_engine`` (blocking; engines start one after the other).
+
+        It stores the engine rather than returning it: an idle worker thread keeps its last
+        result alive, which would keep a shut-down engine until the interpreter exits.
+        """
         from vllm.v1.engine.async_llm import AsyncLLM
 
         if _on_cpu():
@@ -329,7 +339,7 @@ class VLLMBackend:
         os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
         args = self.engine_args()
         with _START_LOCK:
-            return AsyncLLM.from_engine_args(args)
+            self._engine = AsyncLLM.from_engine_args(args)
 
     async def _start(self) -> None:
         if self._alive():
@@ -344,7 +354,7 @@ class VLLMBackend:
             if self._death is not None:
                 self._check_restart()
             try:  # off the event loop: starting an engine imports, reads files, waits on processes
-                self._engine = engine = await asyncio.to_thread(self._build_engine)
+                await asyncio.to_thread(self._build_engine)
             except Exception as exc:
                 if self._death is not None:  # a failed restart counts as another death
                     self._deaths.append(time.monotonic())
@@ -355,7 +365,8 @@ class VLLMBackend:
                     fix="check the model path and the memory settings "
                     "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
                 ) from exc
-            self._pids = await asyncio.to_thread(_engine_processes, engine)
+            assert self._engine is not None
+            self._pids = await asyncio.to_thread(_with_children, _core_pids(self._engine))
             if self._death is not None:
                 self.restarts += 1
                 log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
