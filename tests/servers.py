@@ -1,6 +1,8 @@
 """Start a real server process for a test and stop it afterwards."""
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -25,9 +27,15 @@ def get(url: str) -> tuple[int, str]:
 @contextlib.contextmanager
 def serving(cmd: list[str], health_url: str, log_path: Path, *, env=None, cwd=None,
             timeout: float = 300) -> Iterator[subprocess.Popen]:  # fmt: skip
-    """Run ``cmd`` until ``health_url`` answers 200; fail the test with the log if it never does."""
+    """Run ``cmd`` until ``health_url`` answers 200; fail the test with the log if it never does.
+
+    The server runs in its own process group, and the whole group is stopped afterwards: a
+    server's engine processes (vLLM cores and workers) never outlive the test.
+    """
     with open(log_path, "w+") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -40,11 +48,27 @@ def serving(cmd: list[str], health_url: str, log_path: Path, *, env=None, cwd=No
                 time.sleep(0.5)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 60) -> None:
+    """SIGTERM the process group, wait, then SIGKILL whatever of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # the engines exit after their server
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
