@@ -13,6 +13,7 @@ from langgraph.types import Overwrite
 
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
 from mai_graph.context import MAIContext, mai_settings
+from mai_graph.lineup import Lineup
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState, NodeMetrics
 
@@ -92,6 +93,45 @@ def tag_metrics(update: Update, **tags: int) -> Update:
     if metrics:
         return {**update, "metrics": [{**r, **tags} for r in metrics]}
     return update
+
+
+PairCore = Callable[[MAIState, RunScope, VLMBackend, VLMBackend], Coroutine[Any, Any, Update]]
+DraftsCore = Callable[[MAIState, RunScope, Lineup], Coroutine[Any, Any, Update]]
+
+
+def staged_node(name: str, lineup: Lineup, pair_core: PairCore, drafts_core: DraftsCore) -> Node:
+    """A node that runs ``pair_core`` on the run's (small, large) pair, whatever the shape.
+
+    With several drafts (``drafts`` > 1, or drafter backends) the first stage runs
+    ``drafts_core`` instead; in a chain, stage ``s`` runs on its own pair and its events and
+    metrics records carry ``stage``. The two-model graph skips the chain bookkeeping.
+    """
+    small, large = lineup.baseline_pair()
+
+    if lineup.classic:
+
+        async def classic(state: MAIState, scope: RunScope) -> Update:
+            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
+                return await drafts_core(state, scope, lineup)
+            return await pair_core(state, scope, small, large)
+
+        return Node(name, classic)
+
+    chain = lineup.stages > 1
+
+    async def core(state: MAIState, scope: RunScope) -> Update:
+        stage = state.get("stage") or 1
+        ctx = scope.ctx
+        scope = tagged(scope, stage=stage) if chain else scope
+        if stage > 1:
+            update = await pair_core(state, scope, *lineup.pair(stage))
+        elif ctx.policy == "mai" and lineup.draft_count(ctx) > 1:
+            update = await drafts_core(state, scope, lineup)
+        else:
+            update = await pair_core(state, scope, small, large)
+        return tag_metrics(update, stage=stage) if chain else update
+
+    return Node(name, core)
 
 
 def answer_probability(gen: Generation) -> float | None:

@@ -11,7 +11,7 @@ from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, s2_request
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call, tag_metrics, tagged
+from ._common import Node, RunScope, call, staged_node
 from .reason import reasoner
 
 
@@ -57,29 +57,4 @@ def make_extract(lineup: Lineup) -> Node:
     """
     from .drafts import extract_drafts
 
-    small, large = lineup.baseline_pair()
-
-    if lineup.classic:
-
-        async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
-            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
-                return await extract_drafts(state, scope, lineup)
-            return await extract(state, scope, small, large)
-
-        return Node("extract", classic)
-
-    chain = lineup.stages > 1
-
-    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        stage = state.get("stage") or 1
-        ctx = scope.ctx
-        scope = tagged(scope, stage=stage) if chain else scope
-        if stage > 1:
-            update = await extract(state, scope, *lineup.pair(stage))
-        elif ctx.policy == "mai" and lineup.draft_count(ctx) > 1:
-            update = await extract_drafts(state, scope, lineup)
-        else:
-            update = await extract(state, scope, small, large)
-        return tag_metrics(update, stage=stage) if chain else update
-
-    return Node("extract", core)
+    return staged_node("extract", lineup, extract, extract_drafts)

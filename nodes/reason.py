@@ -10,7 +10,7 @@ from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, cot_request
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call, tag_metrics, tagged
+from ._common import Node, RunScope, call, staged_node
 
 
 def reasoner(ctx: MAIContext) -> str:
@@ -55,29 +55,4 @@ def make_reason(lineup: Lineup) -> Node:
     """
     from .drafts import reason_drafts
 
-    small, large = lineup.baseline_pair()
-
-    if lineup.classic:
-
-        async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
-            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
-                return await reason_drafts(state, scope, lineup)
-            return await reason(state, scope, small, large)
-
-        return Node("reason", classic)
-
-    chain = lineup.stages > 1
-
-    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        stage = state.get("stage") or 1
-        ctx = scope.ctx
-        scope = tagged(scope, stage=stage) if chain else scope
-        if stage > 1:
-            update = await reason(state, scope, *lineup.pair(stage))
-        elif ctx.policy == "mai" and lineup.draft_count(ctx) > 1:
-            update = await reason_drafts(state, scope, lineup)
-        else:
-            update = await reason(state, scope, small, large)
-        return tag_metrics(update, stage=stage) if chain else update
-
-    return Node("reason", core)
+    return staged_node("reason", lineup, reason, reason_drafts)
