@@ -16,14 +16,13 @@ from typing import Any
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
-from mai_graph.gate import after_disagreement, agreement_exits
 from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, short_request
 from mai_graph.state import MAIState
 
 from ._common import Node, RunScope, call, tag_metrics, tagged
 from .reason import write_reasoning
-from .verify import cancel_quietly
+from .verify import apply_gate, cancel_quietly
 
 STAGE_KEYS = (
     "reasoning",
@@ -78,20 +77,14 @@ async def escalate(
     prob = rec["answer_prob"]
     records = [rec]
     update.update(large_answer=gen.text, large_canonical=canonical, large_prob=prob)
-    if agreement_exits(small_canonical, canonical, small_prob, prob, ctx):
-        update.update(answer=gen.text, canonical=canonical, route="agree")
-    elif after_disagreement(prob, ctx) == "large":
-        update.update(answer=gen.text, canonical=canonical, route="large_confident")
-    if update.get("route") is not None:
-        await cancel_quietly(speculative)
-    elif speculative is not None:
-        try:
-            reasoning = await speculative
-        except BaseException:
-            await cancel_quietly(speculative)
-            raise
-        records += reasoning.pop("metrics")
-        update.update(reasoning)
+    await apply_gate(
+        update,
+        records,
+        (small_canonical, small_prob),
+        (gen.text, canonical, prob),
+        ctx,
+        speculative,
+    )
     update["metrics"] = records
     return update
 

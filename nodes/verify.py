@@ -10,6 +10,7 @@ from langgraph.types import Overwrite
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
+from mai_graph.context import MAIContext
 from mai_graph.gate import after_disagreement, agreement_exits
 from mai_graph.lineup import Lineup
 from mai_graph.media import check_backends
@@ -119,11 +120,31 @@ async def verify(
         large_prob=pl,
     )
     records += [rs, rl]
-    if agreement_exits(cs, cl, ps, pl, ctx):
-        update.update(answer=gl.text, canonical=cl, route="agree")
-    elif after_disagreement(pl, ctx) == "large":
-        update.update(answer=gl.text, canonical=cl, route="large_confident")
-    if "route" in update and update["route"] is not None:
+    await apply_gate(update, records, (cs, ps), (gl.text, cl, pl), ctx, speculative)
+    return update
+
+
+async def apply_gate(
+    update: dict[str, Any],
+    records: list[Any],
+    small: tuple[str, float | None],
+    large: tuple[str, str, float | None],
+    ctx: MAIContext,
+    speculative: asyncio.Future[dict[str, Any]] | None,
+) -> None:
+    """End the run if the gate lets it (the large answer stands), else go on to reasoning.
+
+    ``small`` is (canonical, probability) and ``large`` (text, canonical, probability). On an
+    exit a speculative chain of thought is cancelled; otherwise it is awaited and its
+    reasoning and records join ``update`` and ``records`` (both changed in place).
+    """
+    small_canonical, small_prob = small
+    text, canonical, prob = large
+    if agreement_exits(small_canonical, canonical, small_prob, prob, ctx):
+        update.update(answer=text, canonical=canonical, route="agree")
+    elif after_disagreement(prob, ctx) == "large":
+        update.update(answer=text, canonical=canonical, route="large_confident")
+    if update.get("route") is not None:
         await cancel_quietly(speculative)
     elif speculative is not None:
         try:
@@ -133,7 +154,6 @@ async def verify(
             raise
         records += reasoning.pop("metrics")
         update.update(reasoning)
-    return update
 
 
 async def cancel_quietly(task: asyncio.Future[Any] | None) -> None:
