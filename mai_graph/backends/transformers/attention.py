@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end
-from mai_graph.backends.transformers.kv_cache import KVCacheStore, empty_cache
+from mai_graph.backends.transformers.kv_cache import KVCacheStore, cache_key, empty_cache
 from mai_graph.errors import ConfigError
 
 __all__ = ["attention_implementations", "eager_attention", "reasoning_attention", "score_layers"]
@@ -117,8 +117,8 @@ def reasoning_attention(
                 out = model(input_ids=ids, position_ids=positions, output_attentions=True, **vision)
             rows = [a[0, :, end:, :] for a in out.attentions]
         else:
-            prefix = ids[0, :end].tolist()
-            images_end = media_end(prefix, model.config) if vision else 0
+            prefix = cache_key(ids[0, :end].tolist(), model.config, inputs.get("media", ()))
+            images_end = media_end(ids[0, :end].tolist(), model.config) if vision else 0
             cached, cache = caches.lookup(prefix, min_prefix=images_end)
             if cache is None:
                 cache = empty_cache(model)

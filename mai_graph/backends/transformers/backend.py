@@ -19,7 +19,7 @@ from mai_graph.backends.render import vocab_fingerprint as fingerprint_of
 from mai_graph.backends.transformers.attention import reasoning_attention
 from mai_graph.backends.transformers.decode import decode, final_text
 from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end, prompt_inputs
-from mai_graph.backends.transformers.kv_cache import KVCacheStore, empty_cache
+from mai_graph.backends.transformers.kv_cache import KVCacheStore, cache_key, empty_cache
 from mai_graph.backends.transformers.loading import eos_token_ids, load_model, load_processor
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.loop import on_caller_loop
@@ -242,8 +242,10 @@ class TransformersBackend:
         model, tok = self.model, self.tokenizer
         inputs = self.prepare(request)
         ids, positions = inputs["input_ids"], inputs["position_ids"]
-        key = tuple(ids[0].tolist())
-        cached, cache = self._caches.lookup(key, min_prefix=media_end(key, model.config))
+        key = cache_key(ids[0].tolist(), model.config, inputs["media"])
+        cached, cache = self._caches.lookup(
+            key, min_prefix=media_end(ids[0].tolist(), model.config)
+        )
         if cache is None:
             cache = empty_cache(model)
         prefill: dict[str, Any] = {

@@ -34,7 +34,8 @@ def prompt_inputs(model: Any, processor: Any, rendered: RenderedPrompt) -> dict[
 
     Returns:
         Tensors for the model's forward pass, plus ``spans``: the (start, end) positions of the
-        spliced ids (e.g. the reasoning of an S2 prompt) in the expanded ``input_ids``.
+        spliced ids (e.g. the reasoning of an S2 prompt) in the expanded ``input_ids``, and
+        ``media``: the hashes of the prompt's images and videos, in order (cache keys).
     """
     inputs = _expand(model, processor, rendered.token_ids, rendered.images, rendered.videos)
     extra = inputs["input_ids"].shape[1] - len(rendered.token_ids)
@@ -45,6 +46,9 @@ def prompt_inputs(model: Any, processor: Any, rendered: RenderedPrompt) -> dict[
         (start, end)
         for start, end in rendered.spans
     ]  # fmt: skip
+    inputs["media"] = [r["sha256"] for r in rendered.images] + [
+        v["sha256"] for v in rendered.videos
+    ]
     return inputs
 
 

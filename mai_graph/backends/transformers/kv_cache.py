@@ -14,7 +14,28 @@ from typing import Any
 from mai_graph.backends.render import common_prefix
 from mai_graph.errors import ConfigError
 
-__all__ = ["KVCacheStore", "empty_cache"]
+__all__ = ["KVCacheStore", "cache_key", "empty_cache"]
+
+
+def cache_key(ids: Sequence[int], config: Any, media: Sequence[str] = ()) -> tuple[int, ...]:
+    """The ids a cache is stored under: media tokens stand for the media they hold.
+
+    Every image or video token id is replaced by one negative id derived from the prompt's
+    media hashes (no token id is negative), so prompts with other pictures never share the
+    cached keys and values of their picture tokens.
+
+    >>> class C: image_token_id, video_token_id = 9, 8
+    >>> a, b = cache_key([1, 9, 9, 2], C(), ["aa"]), cache_key([1, 9, 9, 2], C(), ["bb"])
+    >>> a[0], a[1] < 0, common_prefix(a, b)
+    (1, True, 1)
+    """
+    if not media:
+        return tuple(ids)
+    import hashlib
+
+    tag = -1 - int(hashlib.sha256("|".join(media).encode()).hexdigest()[:15], 16)
+    tokens = {config.image_token_id, getattr(config, "video_token_id", None)}
+    return tuple(tag if t in tokens else t for t in ids)
 
 
 def empty_cache(model: Any) -> Any:
