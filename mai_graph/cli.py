@@ -153,7 +153,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from mai_graph.demo import run_demo
 
     return run_demo(
-        root=args.dir, backend=args.backend, cot_tokens=args.cot_tokens, as_json=args.json
+        root=args.dir,
+        backend=args.backend,
+        cot_tokens=args.cot_tokens,
+        as_json=args.json,
+        pair=args.pair,
+        questions=args.questions,
     )
 
 
@@ -259,18 +264,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run every route on the tiny local model pair with real engines",
+        help="answer synthetic questions with MAI on the trained tiny pair, real engines",
         description=textwrap.dedent(
             """\
-            Builds (or reuses) the tiny random-weight Qwen3-VL pair, starts two engines and
-            runs MAI through each route on a generated image, printing per-node tokens and
-            latency. The weights are random, so the text is meaningless; the machinery is real.
+            --pair trained (default): starts two engines on the tiny Qwen3-VL pair shipped
+            with mai-graph (trained on synthetic shapes and bar charts) and answers a few
+            held-out questions with MAI and with the large model reasoning alone, printing the
+            answers, whether they are right, the route and the latency of each.
+            --pair random: builds (or reuses) the tiny random-weight pair and forces each
+            route on a generated image, printing per-node tokens and latency (the text is
+            meaningless, the machinery is real).
             """
         ),
     )
-    demo.add_argument("--dir", default=None, help="where the tiny pair lives (default: cache)")
+    demo.add_argument(
+        "--pair", default="trained", choices=["trained", "random"],
+        help="trained: the shipped trained pair; random: the random-weight plumbing pair",
+    )  # fmt: skip
+    demo.add_argument("--dir", default=None, help="the pair's folder (default: shipped / cache)")
     demo.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
-    demo.add_argument("--cot-tokens", type=int, default=300, help="forced reasoning length")
+    demo.add_argument("--questions", type=int, default=10, help="trained: questions to answer")
+    demo.add_argument("--cot-tokens", type=int, default=300, help="random: forced reasoning length")
     demo.add_argument("--json", action="store_true", help="print results as JSON")
     demo.set_defaults(func=_cmd_demo)
 
@@ -287,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mai_graph.profile import register as register_profile  # profile (latency model)
 
     register_profile(sub)
+    from mai_graph.pair.cli import register as register_pair  # pair, train-pair
+
+    register_pair(sub)
     for command in sub.choices.values():  # `mai-graph demo -v` works as well as `-v demo`
         command.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above"

@@ -1,6 +1,8 @@
-"""``mai-graph demo``: every MAI route on the tiny local pair, with real engines.
+"""``mai-graph demo``: MAI on real engines, on the trained pair or the random plumbing pair.
 
-The tiny models have random weights, so their text is meaningless and they rarely agree by
+By default the demo runs the trained tiny pair (:mod:`mai_graph.pair.demo`): real questions,
+real answers. ``--pair random`` runs what follows on the random-weight pair.
+The tiny random models have random weights, so their text is meaningless and they rarely agree by
 themselves. Each route is forced by narrowing the *choices* the engine may output for one step
 (e.g. the two short answers to different letters); prefill, decode and caching are all real.
 """
@@ -17,6 +19,7 @@ from mai_graph.api import MAIResult, arun
 from mai_graph.backends.base import VLMBackend
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
 
 __all__ = ["DEMO_OPTIONS", "DEMO_QUESTION", "Scenario", "SCENARIOS", "demo_image", "run_demo"]
 
@@ -84,9 +87,28 @@ async def run_scenario(
 
 
 def run_demo(
-    *, root: str | None = None, backend: str = "vllm", cot_tokens: int = 300, as_json: bool = False
+    *,
+    root: str | None = None,
+    backend: str = "vllm",
+    cot_tokens: int = 300,
+    as_json: bool = False,
+    pair: str = "trained",
+    questions: int = 10,
 ) -> int:
-    """Build the tiny pair, start both engines, run each route and print what happened."""
+    """Run the demo on the trained pair (default) or force each route on the random pair.
+
+    ``pair="trained"``: see :func:`mai_graph.pair.demo.run_trained_demo` (``questions``
+    held-out synthetic questions). ``pair="random"``: build the tiny random pair, start both
+    engines, run each route forced (``cot_tokens`` of reasoning) and print what happened.
+    """
+    if pair == "trained":
+        from mai_graph.pair.demo import run_trained_demo
+
+        return run_trained_demo(root=root, backend=backend, questions=questions, as_json=as_json)
+    if pair != "random":
+        raise ConfigError(
+            f"pair must be trained or random, got {pair!r}", parameter="pair", value=pair
+        )
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.testing import tiny_backends, tiny_pair_paths
 

@@ -1,0 +1,130 @@
+"""The trained tiny pair: two small Qwen3-VL models (a toy) that answer the synthetic task.
+
+The package ships the pair in ``models/``: ``small/`` and ``large/`` in the Hugging Face layout
+(config, bf16 safetensors, tokenizer, processor, chat template) and ``manifest.json`` (how they
+were trained, their held-out accuracies and agreement, the quality gates and the sha256 of every
+file). They answer questions about the pictures of :mod:`mai_graph.eval.synthetic` (shapes in a
+4x4 grid, bar charts) through the graph's real prompts, on every backend; nothing else. See
+``docs/tiny-pair.md``; :mod:`mai_graph.pair.train` (``mai-graph train-pair``) retrains them.
+
+Example:
+    >>> small, large = trained_pair_paths()
+    >>> small.name, large.name
+    ('small', 'large')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mai_graph.errors import ConfigError
+
+__all__ = [
+    "PAIR_DIR",
+    "file_checksums",
+    "read_manifest",
+    "trained_backends",
+    "trained_pair_paths",
+    "verify_pair",
+]
+
+PAIR_DIR = Path(__file__).resolve().parent / "models"
+"""Where the shipped pair lives (``small/``, ``large/``, ``manifest.json``)."""
+
+
+def trained_pair_paths(root: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """The ``(small, large)`` folders of a trained pair (default: the shipped one)."""
+    base = Path(root) if root is not None else PAIR_DIR
+    return base / "small", base / "large"
+
+
+def read_manifest(root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The pair's ``manifest.json``.
+
+    Raises:
+        ConfigError: The folder holds no manifest (not a trained pair).
+    """
+    path = (Path(root) if root is not None else PAIR_DIR) / "manifest.json"
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no trained pair at {path.parent} (manifest.json missing)",
+            parameter="root",
+            value=str(path.parent),
+            fix="train one with `mai-graph train-pair DIR`, or use the shipped pair",
+        ) from None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_checksums(root: str | os.PathLike[str]) -> dict[str, str]:
+    """sha256 of every file under ``root/small`` and ``root/large``, by relative path."""
+    base = Path(root)
+    return {
+        p.relative_to(base).as_posix(): _sha256(p)
+        for sub in ("small", "large")
+        for p in sorted((base / sub).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def verify_pair(root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Problems with a pair's files against its manifest (empty when every file matches).
+
+    >>> verify_pair()
+    []
+    """
+    base = Path(root) if root is not None else PAIR_DIR
+    expected = read_manifest(base).get("checksums") or {}
+    actual = file_checksums(base)
+    problems = [f"missing: {name}" for name in sorted(set(expected) - set(actual))]
+    problems += [f"not in the manifest: {name}" for name in sorted(set(actual) - set(expected))]
+    problems += [
+        f"checksum differs: {name}"
+        for name in sorted(set(expected) & set(actual))
+        if expected[name] != actual[name]
+    ]
+    return problems
+
+
+def trained_backends(
+    kind: str = "vllm", root: str | os.PathLike[str] | None = None
+) -> tuple[Any, Any]:
+    """Backends named ``trained-small`` / ``trained-large`` over a trained pair (verified first).
+
+    ``kind`` is ``vllm`` or ``transformers``. Nothing is started.
+
+    Raises:
+        ConfigError: A file of the pair is missing or changed.
+    """
+    from mai_graph.backends.select import backends_for
+
+    if kind not in ("vllm", "transformers"):
+        raise ConfigError(
+            f"trained-pair backends are vllm or transformers, got {kind!r}",
+            parameter="kind",
+            value=kind,
+        )
+    problems = verify_pair(root)
+    if problems:
+        raise ConfigError(
+            f"the trained pair's files do not match its manifest: {'; '.join(problems[:3])}",
+            parameter="root",
+            value=str(root or PAIR_DIR),
+            fix="reinstall mai-graph, or retrain with `mai-graph train-pair DIR`",
+        )
+    small_dir, large_dir = trained_pair_paths(root)
+    small, large = backends_for(kind, str(small_dir), str(large_dir))
+    small.name, large.name = "trained-small", "trained-large"
+    return small, large

@@ -1,0 +1,386 @@
+"""The trained pair's task: synthetic pictures, the graph's own prompts, short reasoning.
+
+Items come from :func:`mai_graph.eval.synthetic.draw_item` (the evaluation's generator), so
+``mai-graph synth-data --seed S`` draws exactly the held-out items a training run evaluated on
+with ``heldout_seed=S``. Every training prompt is built by the graph's request builders
+(:mod:`mai_graph.requests`) and rendered with the chat template by
+:func:`mai_graph.backends.render.render`, the same path the engines take: what the models
+learned to answer is exactly what the graph asks.
+
+The reasoning the models learn is short and says what the picture shows, then the answer:
+
+=========  ===========================================================================
+template   reasoning
+=========  ===========================================================================
+count      ``I see 5 shapes. Answer: 5``
+colour     ``I see a red circle and a blue square. Answer: red``
+exists     ``I see a green triangle. Answer: no``
+tallest    ``The tallest bar is blue. Answer: B``
+bars       ``I see 4 bars. Answer: 4``
+=========  ===========================================================================
+
+Shapes are listed in reading order (row by row). The answer-extraction turn (S2) answers what
+the reasoning concludes; the large model's transfer prompt shows it a sparsified reasoning that
+is sometimes wrong, and it learns to answer the truth (see :func:`transfer_hint`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from mai_graph.answers import AnswerKind
+from mai_graph.backends.render import render
+from mai_graph.context import MAIContext
+from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item
+from mai_graph.images import ImageRef
+from mai_graph.requests import Question, answer_request, cot_request, s2_request, short_request
+from mai_graph.scoring.base import must_keep, select_tokens
+
+__all__ = [
+    "PURPOSES",
+    "Example",
+    "Purpose",
+    "chance_accuracy",
+    "corpus",
+    "heldout_items",
+    "make_example",
+    "prompt_fingerprint",
+    "region_labels",
+    "question_of",
+    "reasoning_text",
+    "train_item",
+    "transfer_hint",
+    "wrong_reasoning",
+]
+
+Purpose = Literal["short", "cot", "s2", "answer"]
+"""Which of the graph's calls a training example imitates.
+
+- ``short``: the short answer (verification and the short baselines).
+- ``cot``: the chain of thought (the target is the reasoning itself).
+- ``s2``: the answer-extraction turn after a reasoning.
+- ``answer``: the large model's answer after the transferred (sparsified) reasoning.
+"""
+PURPOSES: tuple[Purpose, ...] = ("short", "cot", "s2", "answer")
+
+REGION_LABELS = 1 + len(SHAPES) * len(COLOURS) + 2 * len(COLOURS)
+"""Classes of a picture region in the auxiliary perception loss: empty, a shape of a colour,
+a bar of a colour, the tallest bar of a colour."""
+
+CONTEXT = MAIContext()
+"""The default settings: the prompts the trained pair answers are the graph's defaults."""
+
+_PLACEHOLDER = cast(ImageRef, {"path": "-", "sha256": "0" * 64, "width": 1, "height": 1})
+_CONTENT = set(COLOURS) | set(SHAPES) | {"yes", "no"}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example: prompt ids (one image placeholder) and the ids to learn."""
+
+    prompt_ids: list[int]
+    target_ids: list[int]
+    purpose: Purpose
+    template: str
+
+
+def train_item(
+    seed: int,
+    step: int,
+    index: int,
+    size: int = 128,
+    weights: Sequence[float] | None = None,
+) -> SyntheticItem:
+    """A training item: the template is drawn at random (equally likely, or by ``weights``).
+
+    Training streams are keyed ``mai-pair-train|seed|step|index``, apart from the evaluation's
+    ``mai-synthetic|seed|i`` streams (held-out sets are the evaluation's).
+    """
+    rng = random.Random(f"mai-pair-train|{seed}|{step}|{index}")
+    template = rng.choices(TEMPLATES, weights)[0] if weights else rng.choice(TEMPLATES)
+    return draw_item(template, rng, size)
+
+
+def heldout_items(n: int, seed: int, size: int = 128) -> list[SyntheticItem]:
+    """The items ``make_synthetic(dir, n=n, seed=seed, size=size)`` writes, in memory."""
+    return [
+        draw_item(TEMPLATES[i % len(TEMPLATES)], random.Random(f"mai-synthetic|{seed}|{i}"), size)
+        for i in range(n)
+    ]
+
+
+def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
+    """Accuracy of a uniform guess over each template's answers, averaged over ``templates``.
+
+    count: 1 of 8; colour: 1 of 5; exists: 1 of 2; tallest: 1 of 3 or 4 options (mean);
+    bars: 1 of 2 (3 or 4).
+
+    >>> round(chance_accuracy(), 4)
+    0.3233
+    """
+    per = {"count": 1 / 8, "colour": 1 / 5, "exists": 1 / 2, "tallest": (1 / 3 + 1 / 4) / 2}
+    per["bars"] = 1 / 2
+    return sum(per[t] for t in templates) / len(templates)
+
+
+def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
+    """What each of the ``grid`` x ``grid`` regions of the picture holds, row by row.
+
+    Shapes (their grid is the regions): ``1 + shape * 5 + colour``; bar charts: ``16 +
+    colour`` of the bar covering most of the region (at least a tenth of it), ``21 + colour``
+    if it is the tallest bar; empty: 0. Training only: an auxiliary loss teaches the visual
+    tokens what their regions hold.
+
+    >>> import random
+    >>> labels = region_labels(draw_item("count", random.Random(0)))
+    >>> len(labels), sum(1 for x in labels if x) == int(draw_item("count",
+    ...     random.Random(0)).row["answer"])
+    (16, True)
+    """
+    colours = list(COLOURS)
+    labels = [0] * (grid * grid)
+    if item.template in ("count", "colour", "exists"):
+        for shape, colour, cell in item.scene:
+            labels[cell] = 1 + SHAPES.index(shape) * len(colours) + colours.index(colour)
+        return labels
+    tallest = max(item.scene, key=lambda bar: bar[1])[0]
+    img = item.image.convert("RGB")
+    side = img.size[0] // grid
+    fills = {rgb: i for i, rgb in enumerate(COLOURS.values())}
+    pixels = img.load()
+    for r in range(grid):
+        for c in range(grid):
+            counts: dict[int, int] = {}
+            for y in range(r * side, (r + 1) * side):
+                for x in range(c * side, (c + 1) * side):
+                    k = fills.get(pixels[x, y])
+                    if k is not None:
+                        counts[k] = counts.get(k, 0) + 1
+            if counts:
+                best = max(counts, key=lambda k: counts[k])
+                if counts[best] * 10 >= side * side:
+                    top = len(colours) if colours[best] == tallest else 0
+                    labels[r * grid + c] = 1 + len(SHAPES) * len(colours) + top + best
+    return labels
+
+
+def question_of(item: SyntheticItem, kind: AnswerKind | None = None) -> Question:
+    """The graph's :class:`~mai_graph.requests.Question` for an item (image as a placeholder).
+
+    ``kind`` overrides the item's answer kind (e.g. ``auto``, as ``mai-graph run`` asks).
+    """
+    row = item.row
+    options = row.get("options")
+    return Question(row["question"], _PLACEHOLDER, options, kind or row["kind"])
+
+
+def _listing(scene: Sequence[tuple[Any, ...]]) -> str:
+    parts = [f"a {colour} {shape}" for shape, colour, _ in sorted(scene, key=lambda s: s[2])]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None = None,
+                   answer: str | None = None) -> str:  # fmt: skip
+    """The short reasoning for an item (its own scene and answer unless given).
+
+    >>> import random
+    >>> reasoning_text(draw_item("bars", random.Random(0)))
+    'I see 4 bars. Answer: 4'
+    """
+    scene = item.scene if scene is None else scene
+    answer = item.row["answer"] if answer is None else answer
+    if item.template == "count":
+        return f"I see {answer} shape{'' if answer == '1' else 's'}. Answer: {answer}"
+    if item.template == "bars":
+        return f"I see {answer} bars. Answer: {answer}"
+    if item.template == "tallest":
+        colour = item.row["options"][answer]
+        return f"The tallest bar is {colour}. Answer: {answer}"
+    return f"I see {_listing(scene)}. Answer: {answer}"
+
+
+def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
+    """A plausible wrong reasoning and its (wrong) answer: a near miss of what a model sees.
+
+    Counts are off by one, a colour is misread, a shape is missed or imagined, another bar is
+    taken for the tallest.
+    """
+    t, row, scene = item.template, item.row, list(item.scene)
+    if t == "count":
+        k = int(row["answer"])
+        wrong = str(rng.choice([x for x in (k - 1, k + 1) if 1 <= x <= 8]))
+        return reasoning_text(item, answer=wrong), wrong
+    if t == "bars":
+        wrong = "3" if row["answer"] == "4" else "4"
+        return reasoning_text(item, answer=wrong), wrong
+    if t == "tallest":
+        wrong = rng.choice([k for k in row["options"] if k != row["answer"]])
+        return reasoning_text(item, answer=wrong), wrong
+    words = row["question"].rstrip("?").split()
+    if t == "colour":
+        shape = words[-1]
+        wrong = rng.choice([c for c in COLOURS if c != row["answer"]])
+        scene = [(s, wrong if s == shape else c, cell) for s, c, cell in scene]
+        return reasoning_text(item, scene=scene, answer=wrong), wrong
+    colour, shape = words[-2], words[-1]  # exists: "Is there a {colour} {shape}?"
+    if row["answer"] == "yes":  # miss it: misread the colour of every match
+        other = rng.choice([c for c in COLOURS if c != colour])
+        scene = [(s, other if (s, c) == (shape, colour) else c, cell) for s, c, cell in scene]
+        return reasoning_text(item, scene=scene, answer="no"), "no"
+    j = rng.randrange(len(scene))  # imagine it: take one shape for the asked one
+    scene[j] = (shape, colour, scene[j][2])
+    return reasoning_text(item, scene=scene, answer="yes"), "yes"
+
+
+def transfer_hint(
+    tokenizer: Any, reasoning: str, letters: Sequence[str], rng: random.Random
+) -> tuple[str, list[int]]:
+    """A sparsified reasoning as the graph's sparsify node would send it: text and token ids.
+
+    Scores imitate surprisal (what a trained model finds unpredictable: colours, shapes,
+    numbers, yes / no, letters score high, the template words low); the keep ratio is drawn
+    from 0.1 to 1; selection is the graph's own (:func:`~mai_graph.scoring.base.select_tokens`,
+    whole words, forced digits, letters and negations).
+    """
+    ids = list(tokenizer.encode(reasoning, add_special_tokens=False))
+    tokens = [tokenizer.decode([i]) for i in ids]
+    scores = []
+    for piece in tokens:
+        word = piece.strip().strip(".,:")
+        content = word in _CONTENT or must_keep(word, letters)
+        scores.append(rng.uniform(0.5, 3.0) if content else rng.uniform(0.0, 0.4))
+    ratio = rng.choice((0.1, 0.2, 0.2, 0.3, 0.5, 1.0))
+    kept = select_tokens(tokens, scores, ratio, whole_words=True, letters=letters).kept
+    return "".join(tokens[i] for i in kept).strip(), [ids[i] for i in kept]
+
+
+def make_example(
+    item: SyntheticItem,
+    purpose: Purpose,
+    tokenizer: Any,
+    rng: random.Random,
+    *,
+    eos_id: int,
+    p_auto: float = 0.2,
+    p_wrong_s2: float = 0.25,
+    p_wrong_hint: float = 0.4,
+    p_text_hint: float = 0.3,
+) -> Example:
+    """A training example for one of the graph's calls on ``item``.
+
+    Args:
+        item: The drawn sample.
+        purpose: Which call (see :data:`Purpose`).
+        tokenizer: The pair's tokenizer (renders the chat template too).
+        rng: Draws the example's variations.
+        eos_id: The end-of-turn id (``<|im_end|>``), learned after every target.
+        p_auto: Share of non-choice questions asked with the ``auto`` instruction.
+        p_wrong_s2: Share of S2 examples whose reasoning is wrong (S2 answers what it says).
+        p_wrong_hint: Share of transfer examples whose reasoning is wrong (the target is the
+            truth either way).
+        p_text_hint: Share of transfer examples sent as text (as over an OpenAI server) rather
+            than as the kept token ids.
+    """
+    kind: AnswerKind = item.row["kind"]
+    if kind != "choice" and rng.random() < p_auto:
+        kind = "auto"
+    q = question_of(item, kind)
+    gold = item.row["answer"]
+    if purpose == "short":
+        messages, target = short_request(q, CONTEXT).messages, gold
+    elif purpose == "cot":
+        messages, target = cot_request(q, CONTEXT).messages, reasoning_text(item)
+    elif purpose == "s2":
+        if rng.random() < p_wrong_s2:
+            text, target = wrong_reasoning(item, rng)
+        else:
+            text, target = reasoning_text(item), gold
+        ids = list(tokenizer.encode(text, add_special_tokens=False)) + [eos_id]
+        messages = s2_request(q, CONTEXT, text, ids).messages
+    else:
+        if rng.random() < p_wrong_hint:
+            shown = wrong_reasoning(item, rng)[0]
+        else:
+            shown = reasoning_text(item)
+        hint, hint_ids = transfer_hint(tokenizer, shown, tuple(q.options or ()), rng)
+        sent_ids = None if rng.random() < p_text_hint else hint_ids
+        messages, target = answer_request(q, CONTEXT, hint, sent_ids).messages, gold
+    prompt = render(tokenizer, messages, {eos_id}).token_ids
+    target_ids = list(tokenizer.encode(target, add_special_tokens=False)) + [eos_id]
+    return Example(prompt, target_ids, purpose, item.template)
+
+
+def prompt_fingerprint(tokenizer: Any) -> str:
+    """Hash of the token ids of the graph's prompts (every call and answer kind) on fixed items.
+
+    The pair answers the prompts it was trained on; the manifest keeps this hash, and a test
+    compares it with the prompts the graph builds now (a change means: retrain the pair).
+    """
+    import hashlib
+    import json
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    rendered = []
+    for i in range(len(TEMPLATES)):
+        item = train_item(-2, 0, i)
+        for kind in (item.row["kind"], "auto"):
+            q = question_of(item, kind)
+            reasoning = reasoning_text(item)
+            ids = list(tokenizer.encode(reasoning, add_special_tokens=False))
+            for request in (
+                short_request(q, CONTEXT),
+                cot_request(q, CONTEXT),
+                s2_request(q, CONTEXT, reasoning, ids + [eos]),
+                answer_request(q, CONTEXT, reasoning, ids),
+                answer_request(q, CONTEXT, reasoning, None),
+            ):
+                rendered.append(render(tokenizer, request.messages, {eos}).token_ids)
+    return hashlib.sha256(json.dumps(rendered).encode()).hexdigest()[:16]
+
+
+def corpus(n: int = 400) -> list[str]:
+    """Texts the pair's tokenizer is trained on: every prompt and reasoning form of the task.
+
+    Deterministic; rendered with the chat template, so role headers and instructions are in.
+    """
+    from mai_graph.testing import CHAT_TEMPLATE
+
+    class _Template:  # renders the chat template without a tokenizer
+        def apply_chat_template(self, messages: Any, **kwargs: Any) -> str:
+            from jinja2 import Template
+
+            return Template(CHAT_TEMPLATE).render(
+                messages=messages, add_generation_prompt=kwargs["add_generation_prompt"]
+            )
+
+    texts = []
+    template = _Template()
+    rng = random.Random("mai-pair-corpus")
+    for i in range(n):
+        item = train_item(-1, 0, i)
+        q = question_of(item, "auto" if i % 4 == 0 and item.row["kind"] != "choice" else None)
+        reasoning = reasoning_text(item)
+        wrong, _ = wrong_reasoning(item, rng)
+        hint = " ".join(w for w in reasoning.split() if rng.random() < 0.5) or reasoning
+        for request in (
+            short_request(q, CONTEXT),
+            s2_request(q, CONTEXT, reasoning, None),
+            answer_request(q, CONTEXT, hint, None),
+        ):
+            texts.append(_render_text(template, request.messages))
+        texts += [reasoning, wrong, item.row["answer"], hint]
+    texts += ["Warm-up."] + [str(k) for k in range(11)]
+    return texts
+
+
+def _render_text(template: Any, messages: Sequence[Any]) -> str:
+    from mai_graph.backends.render import hf_messages
+
+    return str(
+        template.apply_chat_template(
+            hf_messages(messages), tokenize=False, add_generation_prompt=True
+        )
+    )

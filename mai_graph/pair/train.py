@@ -1,0 +1,987 @@
+"""Train the tiny demo pair: two Qwen3-VL models that answer the synthetic task for real.
+
+``mai-graph train-pair OUT`` (or ``python -m mai_graph.pair.train OUT``) builds the task
+tokenizer, trains a small and a large model in two processes at once (one CPU thread each,
+niced), evaluates both on fresh held-out items, measures their per-token decode speed, checks
+the quality gates, and only then writes ``OUT/small``, ``OUT/large`` (Hugging Face layout, bf16
+safetensors) and ``OUT/manifest.json``.
+
+What the models learn (see :mod:`mai_graph.pair.task`): the graph's short-answer, reasoning,
+answer-extraction (S2) and transfer prompts, rendered exactly as the engines render them. The
+vision tower keeps its random weights (frozen: a trainable random ViT collapses at this scale);
+the mergers and the language model learn. The gap between the two models comes from capacity:
+the small model sees the picture at 64x64 pixels (4 visual tokens) through a 2-layer, 64-wide
+language model; the large one at 128x128 (16 visual tokens) through a deeper, wider one. Both
+train for the same wall time; the manifest records each one's steps and compute.
+
+Determinism: data, initialization and order are fixed by ``--seed``. A time budget
+(``--minutes``) makes the number of steps depend on the machine; ``--steps`` (the manifest
+records them) makes a run repeat step for step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mai_graph.errors import ConfigError
+from mai_graph.eval.synthetic import TEMPLATES
+from mai_graph.pair import file_checksums
+from mai_graph.pair.task import (
+    PURPOSES,
+    REGION_LABELS,
+    Example,
+    Purpose,
+    chance_accuracy,
+    corpus,
+    heldout_items,
+    make_example,
+    question_of,
+    region_labels,
+    train_item,
+)
+from mai_graph.testing import TinySpec
+
+__all__ = ["PAIR_SPECS", "Gates", "PairSpec", "build_tokenizer", "check_gates", "main"]
+
+TRAINER_VERSION = 1
+PLACES = 16
+"""Visual-token places the auxiliary loss tells apart (a 4 x 4 merged grid at most)."""
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """One model of the pair: sizes, input resolution and optimizer settings."""
+
+    tiny: TinySpec
+    image_side: int
+    """Pictures are resized to this many pixels a side (32 pixels per visual token a side)."""
+    lr: float
+    warmup: float = 0.05
+    """Share of the run spent warming the learning rate up."""
+    batch: int = 32
+    micro: int = 2
+    """Each batch runs as this many micro-batches of similar lengths (less padding)."""
+    bf16: bool = False
+    """Matrix products in bfloat16 (autocast; weights and optimizer stay fp32)."""
+    aux_weight: float = 0.5
+    """Weight of the auxiliary perception loss (what each picture region holds)."""
+    mix: dict[str, float] = field(default_factory=dict)
+    """Share of each purpose in a batch."""
+    templates: dict[str, float] | None = None
+    """Share of each question template in training (None: equal)."""
+    rope_theta: float = 10_000.0
+    """RoPE base: small, so the few positions of a tiny picture's tokens are told apart."""
+
+
+PAIR_SPECS: dict[str, PairSpec] = {
+    "small": PairSpec(
+        TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64),
+        image_side=32,
+        lr=2e-3,
+        mix={"short": 0.45, "cot": 0.35, "s2": 0.2},
+    ),
+    "large": PairSpec(
+        TinySpec(64, 12, 2, 1, 192, 64, 2, 2, 128),
+        image_side=128,
+        lr=2.5e-3,
+        batch=16,
+        micro=1,
+        bf16=True,
+        mix={"short": 0.5, "cot": 0.15, "s2": 0.1, "answer": 0.25},
+        templates={"count": 0.2, "colour": 0.2, "exists": 0.2, "tallest": 0.3, "bars": 0.1},
+    ),
+}
+"""The pair. The large model is deeper (more sequential work per token, which is what makes
+decode slower on any engine) and sees four times the visual tokens."""
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What the pair must show on held-out items before it is saved."""
+
+    min_gap: float = 0.10
+    """The large model at least this much more accurate than the small (overall)."""
+    min_chance_factor: float = 2.0
+    """The small model at least this many times chance accuracy."""
+    min_speed_ratio: float = 2.5
+    """The large model at least this many times slower per generated token."""
+
+
+# -- building ----------------------------------------------------------------------------------
+
+
+def build_tokenizer() -> Any:
+    """The task tokenizer: byte-level BPE trained on :func:`~mai_graph.pair.task.corpus`.
+
+    Every task word is one token; any other text still encodes (byte fallback). The Qwen chat
+    special tokens and chat template are those of the tiny random pair.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mai_graph.testing import _SPECIAL, CHAT_TEMPLATE
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2048,
+        special_tokens=_SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=4096,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_processor(tokenizer: Any, side: int) -> Any:
+    """A Qwen3-VL processor that resizes pictures to about ``side`` x ``side`` pixels."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    from mai_graph.testing import CHAT_TEMPLATE
+
+    size = {"shortest_edge": side * side, "longest_edge": side * side}
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size=size,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )  # fmt: skip
+    # Videos are not part of the task; engines still size a video budget from these.
+    video_size = {"shortest_edge": 32 * 32 * 16, "longest_edge": 32 * 32 * 64}
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size=video_size
+    )
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def new_model(spec: PairSpec, tokenizer: Any, seed: int) -> Any:
+    """A freshly initialized model (fp32), its random vision tower frozen but the mergers."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from mai_graph.testing import _config, _generation_config
+
+    torch.manual_seed(seed)
+    config = _config(spec.tiny, tokenizer)
+    config.text_config.rope_parameters["rope_theta"] = spec.rope_theta
+    model = Qwen3VLForConditionalGeneration(config)
+    model.generation_config = _generation_config(tokenizer)
+    for name, param in model.named_parameters():
+        frozen = ".visual." in f".{name}" and "merger" not in name
+        param.requires_grad_(not frozen)
+    return model
+
+
+# -- batches -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    inputs: dict[str, Any]
+    rows: Any
+    """Row of each target token (gather index)."""
+    cols: Any
+    """Position whose logits predict each target token."""
+    targets: Any
+    sample: Any
+    """Example index of each target token (per-example averaging)."""
+    n: int
+    prefix: int = 0
+    """Leading tokens every row shares (computed once, see :func:`loss_of`)."""
+    aux_rows: Any = None
+    """Row and position of each visual token with perception labels (auxiliary loss)."""
+    aux_cols: Any = None
+    aux_labels: Any = None
+    """Per visual token, the labels of the picture regions it covers (see ``region_labels``)."""
+    aux_places: Any = None
+    """Per visual token, its place in the picture (row * columns + column of its grid)."""
+
+
+class Batcher:
+    """Turns examples into model inputs (image placeholders expanded, m-RoPE positions)."""
+
+    def __init__(self, model: Any, processor: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.processor = processor
+        self.tokenizer = tokenizer
+        self.image_token = model.config.image_token_id
+        self.pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def vision(self, images: Sequence[Any]) -> tuple[dict[str, Any], list[int]]:
+        """Pixel inputs of pictures and the number of visual tokens of each."""
+        out = self.processor.image_processor(images=list(images), return_tensors="pt")
+        merge = self.processor.image_processor.merge_size
+        counts = [int(g.prod()) // (merge * merge) for g in out["image_grid_thw"]]
+        return {
+            "pixel_values": out["pixel_values"],
+            "image_grid_thw": out["image_grid_thw"],
+        }, counts
+
+    def expand(self, ids: Sequence[int], count: int) -> list[int]:
+        """The prompt with its one image placeholder repeated ``count`` times."""
+        out: list[int] = []
+        for t in ids:
+            out.extend([t] * count if t == self.image_token else [t])
+        return out
+
+    def positions(self, input_ids: Any, grids: Any) -> Any:
+        """3-D m-RoPE positions (padding is on the right and attends nowhere that matters)."""
+        mm = (input_ids == self.image_token).int()
+        return self.model.model.get_rope_index(input_ids, mm, image_grid_thw=grids)[0]
+
+    def batch(
+        self,
+        examples: Sequence[Example],
+        images: Sequence[Any],
+        *,
+        share_prefix: bool = True,
+        regions: Sequence[Sequence[int]] | None = None,
+    ) -> _Batch:
+        """Inputs for teacher forcing; the loss reads only target positions.
+
+        With ``share_prefix`` the text every row starts with (system prompt, up to the image)
+        is marked to be computed once for the whole batch. ``regions`` (per example, the
+        labels of the picture's 4 x 4 regions, row by row) adds the auxiliary perception
+        targets: each visual token the labels of the regions it covers, and its place.
+        """
+        import torch
+
+        vision, counts = self.vision(images)
+        seqs, rows, cols, targets, sample = [], [], [], [], []
+        aux_rows: list[int] = []
+        aux_cols: list[int] = []
+        aux_labels: list[list[int]] = []
+        aux_places: list[int] = []
+        merge = self.processor.image_processor.merge_size
+        for i, (ex, count) in enumerate(zip(examples, counts)):
+            prompt = self.expand(ex.prompt_ids, count)
+            if regions is not None:
+                _, gh, gw = (int(x) for x in vision["image_grid_thw"][i])
+                start = prompt.index(self.image_token)
+                for k, labels in enumerate(_token_regions(regions[i], gh // merge, gw // merge)):
+                    aux_rows.append(i)
+                    aux_cols.append(start + k)
+                    aux_labels.append(labels)
+                    aux_places.append(k)
+            seqs.append(prompt + ex.target_ids[:-1])
+            for j, t in enumerate(ex.target_ids):
+                rows.append(i)
+                cols.append(len(prompt) - 1 + j)
+                targets.append(t)
+                sample.append(i)
+        width = max(len(s) for s in seqs)
+        input_ids = torch.tensor([s + [self.pad] * (width - len(s)) for s in seqs])
+        inputs = {
+            "input_ids": input_ids,
+            "position_ids": self.positions(input_ids, vision["image_grid_thw"]),
+            **vision,
+        }
+        shared = os.path.commonprefix(seqs) if share_prefix else []
+        prefix = min(len(shared), seqs[0].index(self.image_token) if shared else 0)
+        return _Batch(
+            inputs,
+            torch.tensor(rows),
+            torch.tensor(cols),
+            torch.tensor(targets),
+            torch.tensor(sample),
+            len(examples),
+            prefix,
+            torch.tensor(aux_rows) if aux_labels else None,
+            torch.tensor(aux_cols) if aux_labels else None,
+            torch.tensor(aux_labels) if aux_labels else None,
+            torch.tensor(aux_places) if aux_labels else None,
+        )
+
+
+def _hidden(model: Any, b: _Batch) -> Any:
+    """Last hidden states of the batch; a shared prefix runs once, its keys / values broadcast.
+
+    Causal attention makes the prefix's states the same in every row, so computing them once
+    (with gradients) and reading them through a broadcast cache is exact.
+    """
+    if not b.prefix:
+        return model.model(**b.inputs, use_cache=False).last_hidden_state
+    from transformers import DynamicCache
+
+    p, ids, pos = b.prefix, b.inputs["input_ids"], b.inputs["position_ids"]
+    cache: Any = DynamicCache(config=model.config)
+    model.model(input_ids=ids[:1, :p], position_ids=pos[:, :1, :p], past_key_values=cache,
+                use_cache=True)  # fmt: skip
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(b.n, -1, -1, -1)
+        layer.values = layer.values.expand(b.n, -1, -1, -1)
+    rest = {k: v for k, v in b.inputs.items() if k not in ("input_ids", "position_ids")}
+    out = model.model(
+        input_ids=ids[:, p:], position_ids=pos[:, :, p:], past_key_values=cache,
+        use_cache=True, **rest,
+    )  # fmt: skip
+    return out.last_hidden_state
+
+
+def _token_regions(labels: Sequence[int], gh: int, gw: int, grid: int = 4) -> list[list[int]]:
+    """The region labels each visual token of a ``gh`` x ``gw`` merged grid covers.
+
+    >>> _token_regions(list(range(16)), 2, 2)[1]
+    [2, 3, 6, 7]
+    >>> _token_regions(list(range(16)), 4, 4)[5]
+    [5]
+    """
+    if grid % gh or grid % gw:
+        raise ConfigError(f"a {gh}x{gw} token grid does not tile {grid}x{grid} regions")
+    sh, sw = grid // gh, grid // gw
+    return [
+        [labels[(r * sh + i) * grid + c * sw + j] for i in range(sh) for j in range(sw)]
+        for r in range(gh)
+        for c in range(gw)
+    ]
+
+
+def aux_head_for(spec: PairSpec) -> Any:
+    """The auxiliary perception head of a model (training only; dropped when it is saved).
+
+    It reads the final hidden state of each visual token: the classes of the picture regions
+    the token covers (:func:`~mai_graph.pair.task.region_labels`) and the token's place.
+    """
+    import torch
+
+    side = spec.image_side // 32  # merged visual tokens a side
+    return torch.nn.Linear(spec.tiny.hidden_size, PLACES + (4 // side) ** 2 * REGION_LABELS)
+
+
+def loss_of(model: Any, b: _Batch, aux_head: Any = None) -> Any:
+    """Mean over examples of each example's mean target-token cross-entropy.
+
+    With ``aux_head`` (:func:`aux_head_for`) and a batch with region labels, returns
+    ``(task_loss, perception_loss)``: the final hidden state of each visual token must tell what
+    its regions hold and where in the picture it sits (training only; the head is dropped).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    hidden = _hidden(model, b)
+    logits = model.lm_head(hidden[b.rows, b.cols - b.prefix])
+    per_token = F.cross_entropy(logits.float(), b.targets, reduction="none")
+    sums = torch.zeros(b.n).index_add_(0, b.sample, per_token)
+    counts = torch.zeros(b.n).index_add_(0, b.sample, torch.ones_like(per_token))
+    task = (sums / counts).mean()
+    if aux_head is None:
+        return task
+    if b.aux_labels is None:
+        return task, torch.zeros(())
+    out = aux_head(hidden[b.aux_rows, b.aux_cols - b.prefix]).float()
+    what = out[:, PLACES:].reshape(-1, REGION_LABELS)
+    aux = F.cross_entropy(what, b.aux_labels.reshape(-1))
+    return task, aux + F.cross_entropy(out[:, :PLACES], b.aux_places)
+
+
+# -- prediction --------------------------------------------------------------------------------
+
+
+def predict_short(
+    model: Any, processor: Any, tokenizer: Any, items: Sequence[Any], *, batch: int = 50
+) -> list[str]:
+    """Greedy short answers to the graph's short prompt, as the engines give them.
+
+    Multiple choice is constrained to the option letters (as the graph asks the engines); other
+    answers are decoded greedily until the end of the turn (at most 4 tokens).
+    """
+    import torch
+
+    from mai_graph.backends.render import render
+    from mai_graph.pair.task import CONTEXT
+    from mai_graph.requests import short_request
+
+    b = Batcher(model, processor, tokenizer)
+    answers = [""] * len(items)
+    groups: dict[int, list[int]] = {}
+    prompts = []
+    for i, item in enumerate(items):
+        ids = render(tokenizer, short_request(question_of(item), CONTEXT).messages, {b.eos})
+        prompts.append(ids.token_ids)
+        groups.setdefault(len(ids.token_ids), []).append(i)
+    model.eval()
+    with torch.no_grad():
+        for members in groups.values():
+            for start in range(0, len(members), batch):
+                chunk = members[start : start + batch]
+                vision, counts = b.vision([items[i].image for i in chunk])
+                seqs = [b.expand(prompts[i], c) for i, c in zip(chunk, counts)]
+                done = [False] * len(chunk)
+                out: list[list[int]] = [[] for _ in chunk]
+                for step in range(4):
+                    input_ids = torch.tensor(seqs)
+                    pos = b.positions(input_ids, vision["image_grid_thw"])
+                    logits = model(
+                        input_ids=input_ids, position_ids=pos, use_cache=False, **vision
+                    ).logits[:, -1]
+                    for k, i in enumerate(chunk):
+                        options = items[i].row.get("options")
+                        if options and step == 0:
+                            letters = [tokenizer.convert_tokens_to_ids(x) for x in options]
+                            nxt = letters[int(logits[k, letters].argmax())]
+                            out[k].append(nxt)
+                            done[k] = True
+                        elif not done[k]:
+                            nxt = int(logits[k].argmax())
+                            done[k] = nxt == b.eos
+                            if not done[k]:
+                                out[k].append(nxt)
+                        else:
+                            nxt = b.pad
+                        seqs[k] = seqs[k] + [nxt]
+                    if all(done):
+                        break
+                for k, i in enumerate(chunk):
+                    answers[i] = tokenizer.decode(out[k], skip_special_tokens=True)
+    return answers
+
+
+def score_answers(items: Sequence[Any], answers: Sequence[str]) -> list[bool]:
+    """Whether each answer matches its item's gold answer (the evaluation's matching)."""
+    from mai_graph.eval.scorers import score
+
+    return [
+        score(a, it.row["answer"], it.row["kind"], it.row.get("options")).correct
+        for it, a in zip(items, answers)
+    ]
+
+
+# -- one model's training (a child process) ----------------------------------------------------
+
+
+def _schedule(progress: float, spec: PairSpec) -> float:
+    """Learning-rate factor: linear warm-up, then cosine down to a tenth."""
+    if progress < spec.warmup:
+        return max(progress / spec.warmup, 0.01)
+    t = min(1.0, (progress - spec.warmup) / (1 - spec.warmup))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _split(order: list[int], parts: int) -> list[list[int]]:
+    size = math.ceil(len(order) / parts)
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def _purposes(spec: PairSpec, n: int, rng: random.Random) -> list[Purpose]:
+    names = [p for p in PURPOSES if spec.mix.get(p)]
+    return rng.choices(names, weights=[spec.mix[p] for p in names], k=n)
+
+
+def train_role(
+    role: str,
+    work: Path,
+    *,
+    seed: int,
+    seconds: float | None,
+    steps: int | None,
+    heldout_n: int,
+    heldout_seed: int,
+) -> dict[str, Any]:
+    """Train one model, save it (bf16) to ``work/role`` and score it on held-out items.
+
+    Writes ``work/role.log.jsonl`` (progress) and returns the training record.
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(1)
+    spec = PAIR_SPECS[role]
+    tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
+    processor = build_processor(tokenizer, spec.image_side)
+    role_seed = seed * 1000 + (0 if role == "small" else 1)
+    model = new_model(spec, tokenizer, role_seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    aux_head = aux_head_for(spec)
+    aux_params = list(aux_head.parameters())
+    opt = torch.optim.AdamW(params + aux_params, lr=spec.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    batcher = Batcher(model, processor, tokenizer)
+    monitor = heldout_items(150, seed=heldout_seed + 1)
+    log = (work / f"{role}.log.jsonl").open("w", encoding="utf-8")
+    rng = random.Random(f"mai-pair-mix|{role_seed}")
+    start = time.perf_counter()
+    paused = 0.0  # monitoring time, left out of the schedule's clock
+    next_report, step, losses = 120.0, 0, []
+    flops_per_token = 6 * sum(p.numel() for p in params)
+    tokens = 0
+    while True:
+        elapsed = time.perf_counter() - start - paused
+        progress = step / steps if steps else elapsed / float(seconds or 1)
+        if progress >= 1:
+            break
+        for group in opt.param_groups:
+            group["lr"] = spec.lr * _schedule(progress, spec)
+        weights = [spec.templates[t] for t in TEMPLATES] if spec.templates else None
+        items = [train_item(seed, step, j, weights=weights) for j in range(spec.batch)]
+        purposes = _purposes(spec, spec.batch, rng)
+        examples = [
+            make_example(it, p, tokenizer, rng, eos_id=batcher.eos)
+            for it, p in zip(items, purposes)
+        ]
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt_ids))
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for part in _split(order, spec.micro):
+            b = batcher.batch(
+                [examples[i] for i in part],
+                [items[i].image for i in part],
+                regions=[region_labels(items[i]) for i in part] if spec.aux_weight else None,
+            )
+            tokens += int(b.inputs["input_ids"].numel())
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.bf16):
+                task, aux = loss_of(model, b, aux_head)
+                loss = (task + spec.aux_weight * aux) * (len(part) / len(examples))
+            loss.backward()
+            total += task.item() * len(part) / len(examples)
+        torch.nn.utils.clip_grad_norm_(params + aux_params, 1.0)
+        opt.step()
+        losses.append(total)
+        step += 1
+        if elapsed >= next_report or (steps and step == steps):
+            tick = time.perf_counter()
+            correct = score_answers(monitor, predict_short(model, processor, tokenizer, monitor))
+            by: dict[str, list[bool]] = {}
+            for it, ok in zip(monitor, correct):
+                by.setdefault(it.template, []).append(ok)
+            entry = {
+                "step": step,
+                "elapsed_s": round(elapsed, 1),
+                "loss": round(statistics.fmean(losses[-50:]), 4),
+                "lr": opt.param_groups[0]["lr"],
+                "monitor_accuracy": round(sum(correct) / len(correct), 4),
+                "monitor_by_template": {t: round(sum(v) / len(v), 2) for t, v in by.items()},
+            }
+            log.write(json.dumps(entry) + "\n")
+            log.flush()
+            next_report = elapsed + 120.0
+            paused += time.perf_counter() - tick
+    wall = time.perf_counter() - start
+    target = work / role
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(target)
+    processor.save_pretrained(target)
+    # Held-out scores of the weights as saved (bf16), computed in fp32.
+    model = model.float()
+    items = heldout_items(heldout_n, seed=heldout_seed)
+    answers = predict_short(model, processor, tokenizer, items)
+    record = {
+        "role": role,
+        "spec": asdict(spec),
+        "steps": step,
+        "wall_s": round(wall, 1),
+        "final_loss": round(statistics.fmean(losses[-50:]), 4) if losses else None,
+        "trainable_parameters": sum(p.numel() for p in params),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_tokens": tokens,
+        "train_flops": float(flops_per_token * tokens),
+        "answers": answers,
+    }
+    (work / f"{role}.record.json").write_text(json.dumps(record), encoding="utf-8")
+    log.close()
+    return record
+
+
+# -- the whole run -----------------------------------------------------------------------------
+
+
+def check_gates(
+    stats: dict[str, Any], speed_ratio: float | None, gates: Gates = Gates()
+) -> list[tuple[str, bool, str]]:
+    """The gates as ``(name, passed, detail)``, from :func:`heldout_stats` and the speed ratio.
+
+    >>> stats = heldout_stats(["count"] * 4, [True, False, False, True], [True] * 4,
+    ...                       [True, False, False, True])
+    >>> check_gates(stats, 3.0)[0]
+    ('large beats small by >= 10 points', True, 'large 100.0% vs small 50.0% (+50.0)')
+    """
+    small, large = stats["small"]["accuracy"], stats["large"]["accuracy"]
+    chance, agreement = stats["chance"], stats["agreement"]
+    agreed = agreement["accuracy_when_agree"]
+    out = [
+        (
+            f"large beats small by >= {100 * gates.min_gap:.0f} points",
+            large - small >= gates.min_gap - 1e-9,
+            f"large {100 * large:.1f}% vs small {100 * small:.1f}% ({100 * (large - small):+.1f})",
+        ),
+        (
+            f"small >= {gates.min_chance_factor:g}x chance",
+            small >= gates.min_chance_factor * chance - 1e-9,
+            f"small {100 * small:.1f}% vs chance {100 * chance:.1f}% ({small / chance:.2f}x)",
+        ),
+        (
+            "accuracy when they agree >= large overall",
+            agreement["share"] > 0 and agreed >= large - 1e-9,
+            f"{100 * agreed:.1f}% on the {100 * agreement['share']:.1f}% they agree vs large "
+            f"{100 * large:.1f}%",
+        ),
+    ]
+    name = f"large >= {gates.min_speed_ratio:g}x slower per token"
+    if speed_ratio is None:
+        out.append((name, False, "not measured"))
+    else:
+        out.append((name, speed_ratio >= gates.min_speed_ratio, f"{speed_ratio:.2f}x"))
+    return out
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return round(sum(flags) / len(flags), 4) if flags else 0.0
+
+
+def heldout_stats(
+    templates: Sequence[str],
+    small_ok: Sequence[bool],
+    large_ok: Sequence[bool],
+    agree: Sequence[bool],
+) -> dict[str, Any]:
+    """Accuracies (overall and per template) and agreement statistics of the two models.
+
+    ``agree`` says, per item, whether the two short answers agree under the graph's rule.
+    """
+
+    def per_template(ok: Sequence[bool]) -> dict[str, float]:
+        by: dict[str, list[bool]] = {}
+        for t, good in zip(templates, ok):
+            by.setdefault(t, []).append(good)
+        return {t: _share(v) for t, v in sorted(by.items())}
+
+    apart = [i for i, same in enumerate(agree) if not same]
+    together = [i for i, same in enumerate(agree) if same]
+    return {
+        "chance": round(chance_accuracy(sorted(set(templates))), 4),
+        "small": {"accuracy": _share(small_ok), "by_template": per_template(small_ok)},
+        "large": {"accuracy": _share(large_ok), "by_template": per_template(large_ok)},
+        "agreement": {
+            "share": _share(agree),
+            "accuracy_when_agree": _share([large_ok[i] for i in together]),
+            "small_right_when_disagree": _share([small_ok[i] for i in apart]),
+            "large_right_when_disagree": _share([large_ok[i] for i in apart]),
+            "both_wrong_when_disagree": _share(
+                [not small_ok[i] and not large_ok[i] for i in apart]
+            ),
+        },
+    }
+
+
+@contextlib.contextmanager
+def _file_lock(path: str | None) -> Iterator[None]:
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def measure_speed(
+    small: Path, large: Path, *, engine: str = "vllm", runs: int = 5
+) -> dict[str, Any]:
+    """Per-token decode time of each model alone on ``engine`` (median of ``runs``).
+
+    Each model generates 1 and then 65 tokens for the same picture question; the per-token time
+    is the difference over 64. The engines start one after the other.
+    """
+    import asyncio
+
+    from PIL import Image
+
+    from mai_graph.backends.base import GenerationRequest
+    from mai_graph.backends.select import backends_for
+    from mai_graph.images import image_ref
+    from mai_graph.pair.task import CONTEXT
+    from mai_graph.requests import Question, cot_request
+
+    ref = image_ref(Image.new("RGB", (128, 128), (255, 255, 255)))
+    q = Question("How many shapes are there?", ref, None, "number")
+    messages = cot_request(q, CONTEXT).messages
+
+    async def one(backend: Any) -> dict[str, float]:
+        await backend.start()
+        times: dict[int, float] = {}
+        for n in (1, 65):
+            runs_s = []
+            for _ in range(runs):
+                req = GenerationRequest(messages, max_tokens=n, min_tokens=n, purpose="generate")
+                runs_s.append((await backend.generate(req)).latency_s)
+            times[n] = statistics.median(runs_s)
+        per_token = 1000 * (times[65] - times[1]) / 64
+        return {"first_token_ms": round(1000 * times[1], 3), "per_token_ms": round(per_token, 3)}
+
+    out: dict[str, Any] = {"engine": engine, "runs": runs}
+    pair = backends_for(engine, str(small), str(large))
+    for role, backend in zip(("small", "large"), pair):
+        try:
+            out[role] = asyncio.run(one(backend))
+        finally:
+            backend.shutdown()
+    out["ratio"] = round(out["large"]["per_token_ms"] / out["small"]["per_token_ms"], 3)
+    return out
+
+
+def _spawn(role: str, work: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "mai_graph.pair.train", str(args.out), "--child", role,
+        "--work", str(work), "--seed", str(args.seed), "--heldout", str(args.heldout),
+        "--heldout-seed", str(args.heldout_seed),
+    ]  # fmt: skip
+    if args.steps:
+        cmd += ["--steps", str(args.steps[0] if role == "small" else args.steps[-1])]
+    else:
+        cmd += ["--minutes", str(args.minutes[0] if role == "small" else args.minutes[-1])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    err = (work / f"{role}.stderr").open("wb")
+    return subprocess.Popen(cmd, env=env, stdout=err, stderr=err, preexec_fn=lambda: os.nice(19))
+
+
+def _follow(procs: dict[str, subprocess.Popen[bytes]], work: Path) -> None:
+    """Print the children's progress lines until both exit."""
+    seen = dict.fromkeys(procs, 0)
+    while True:
+        running = any(p.poll() is None for p in procs.values())
+        for role in procs:
+            path = work / f"{role}.log.jsonl"
+            lines = path.read_text().splitlines() if path.exists() else []
+            for line in lines[seen[role] :]:
+                e = json.loads(line)
+                per = " ".join(f"{t[:3]} {100 * a:.0f}" for t, a in
+                               e.get("monitor_by_template", {}).items())  # fmt: skip
+                print(f"  {role:<5} step {e['step']:>6}  {e['elapsed_s']:>6.0f} s  loss "
+                      f"{e['loss']:.3f}  monitor {100 * e['monitor_accuracy']:.1f}% ({per})",
+                      flush=True)  # fmt: skip
+            seen[role] = len(lines)
+        if not running:
+            return
+        time.sleep(5)
+
+
+def _report(stats: dict[str, Any], gates: list[tuple[str, bool, str]]) -> None:
+    h = stats["heldout"]
+    print(f"\nheld-out short answers ({h['n']} items, seed {h['seed']}):")
+    for role in ("small", "large"):
+        per = ", ".join(f"{t} {100 * a:.0f}%" for t, a in stats[role]["by_template"].items())
+        print(f"  {role:<5} {100 * stats[role]['accuracy']:.1f}%  ({per})")
+    a = stats["agreement"]
+    print(f"  agree on {100 * a['share']:.1f}%, right {100 * a['accuracy_when_agree']:.1f}% of "
+          "those; when they disagree the small is right "
+          f"{100 * a['small_right_when_disagree']:.1f}%, the large "
+          f"{100 * a['large_right_when_disagree']:.1f}%")  # fmt: skip
+    print("\ngates:")
+    for name, ok, detail in gates:
+        print(f"  [{'pass' if ok else 'FAIL'}] {name}: {detail}")
+
+
+def _gap_source(records: dict[str, Any]) -> str:
+    """Where the accuracy gap comes from, said plainly (capacity, and compute if unequal)."""
+    s, g = PAIR_SPECS["small"], PAIR_SPECS["large"]
+    small, large = records["small"], records["large"]
+    capacity = (
+        f"capacity: the large model has {g.tiny.num_layers} layers of width "
+        f"{g.tiny.hidden_size} against {s.tiny.num_layers} of {s.tiny.hidden_size} and sees "
+        f"{g.image_side}x{g.image_side} pixels ({(g.image_side // 32) ** 2} visual tokens) "
+        f"against {s.image_side}x{s.image_side} ({(s.image_side // 32) ** 2})"
+    )
+    ratio = large["train_flops"] / small["train_flops"]
+    wall = large["wall_s"] / small["wall_s"]
+    if wall > 1.2:
+        return (
+            f"{capacity}; and compute: the small model was trained less, "
+            f"{small['wall_s'] / 60:.0f} min against {large['wall_s'] / 60:.0f} min of wall "
+            f"time ({small['steps']} steps "
+            f"against {large['steps']}), the large one used {ratio:.1f}x its training compute"
+        )
+    return (
+        f"{capacity}. Both trained for the same wall time; each large step costs more, so the "
+        f"large one took {large['steps']} steps to the small one's {small['steps']} and "
+        f"{ratio:.1f}x its training compute"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tokenizer, two trainings, held-out scores, speed, gates; save when the gates hold."""
+    from mai_graph.answers import answers_match
+    from mai_graph.pair.task import prompt_fingerprint
+
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out.with_name(out.name + ".work")
+    started = time.perf_counter()
+    if args.from_work:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
+        for role in ("small", "large"):  # the processors as this version builds them
+            build_processor(tokenizer, PAIR_SPECS[role].image_side).save_pretrained(work / role)
+        print(f"scoring the models trained in {work} (no training)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        tokenizer = build_tokenizer()
+        tokenizer.save_pretrained(work / "tokenizer")
+        budget = (
+            f"steps: small {args.steps[0]}, large {args.steps[-1]}"
+            if args.steps
+            else f"small {args.minutes[0]:g} min, large {args.minutes[-1]:g} min"
+        )
+        print(f"tokenizer: {len(tokenizer)} tokens")
+        print(f"training small and large at once ({budget}, one thread each, niced); "
+              f"logs in {work}")  # fmt: skip
+        procs = {role: _spawn(role, work, args) for role in ("small", "large")}
+        _follow(procs, work)
+        for role, proc in procs.items():
+            if proc.returncode != 0:
+                tail = (work / f"{role}.stderr").read_text(errors="replace")[-3000:]
+                print(f"{role} training failed (exit {proc.returncode}):\n{tail}")
+                return 1
+    records = {r: json.loads((work / f"{r}.record.json").read_text()) for r in ("small", "large")}
+    items = heldout_items(args.heldout, seed=args.heldout_seed)
+    answers = {r: records[r].pop("answers") for r in records}
+    agree = [
+        answers_match(a, b, it.row["kind"], options=it.row.get("options"))
+        for it, a, b in zip(items, answers["small"], answers["large"])
+    ]
+    stats = heldout_stats(
+        [it.template for it in items],
+        score_answers(items, answers["small"]),
+        score_answers(items, answers["large"]),
+        agree,
+    )
+    stats = {
+        "heldout": {"n": len(items), "seed": args.heldout_seed,
+                    "generator": "mai_graph.eval.synthetic", "answers": "greedy short answers, "
+                    "transformers, bf16 weights computed in fp32"},
+        **stats,
+    }  # fmt: skip
+    speed: dict[str, Any] | None = None
+    if args.speed != "skip":
+        print(f"measuring per-token speed on {args.speed} (engines one after the other) ...")
+        with _file_lock(args.engine_lock):
+            speed = measure_speed(work / "small", work / "large", engine=args.speed)
+        print(f"  small {speed['small']['per_token_ms']:.2f} ms/token, large "
+              f"{speed['large']['per_token_ms']:.2f} ms/token ({speed['ratio']:.2f}x)")  # fmt: skip
+    gates = check_gates(stats, speed["ratio"] if speed else None)
+    _report(stats, gates)
+    passed = all(ok for _, ok, _ in gates)
+    if not passed and not args.save_anyway:
+        print(f"\nnot saved: a gate failed (the models are in {work})")
+        return 1
+    compute = {r: records[r]["train_flops"] for r in records}
+    manifest = {
+        "what": "a toy pair of tiny Qwen3-VL models trained on mai-graph's synthetic task",
+        "trainer_version": TRAINER_VERSION,
+        "seed": args.seed,
+        "budget": {
+            "minutes": None if args.steps else dict(zip(("small", "large"), args.minutes * 2)),
+            "steps": dict(zip(("small", "large"), args.steps * 2)) if args.steps else None,
+        },
+        "run_wall_s": None if args.from_work else round(time.perf_counter() - started, 1),
+        "models": records,
+        "compute_ratio_large_over_small": round(compute["large"] / compute["small"], 2),
+        "gap_source": _gap_source(records),
+        "tokenizer_tokens": len(tokenizer),
+        "prompt_fingerprint": prompt_fingerprint(tokenizer),
+        **stats,
+        "speed": speed,
+        "gates": [{"name": g, "passed": ok, "detail": d} for g, ok, d in gates],
+        "gates_passed": passed,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for role in ("small", "large"):
+        shutil.rmtree(out / role, ignore_errors=True)
+        shutil.copytree(work / role, out / role)
+    manifest["checksums"] = file_checksums(out)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    print(f"\nsaved: {out / 'small'}, {out / 'large'}, {out / 'manifest.json'}")
+    return 0 if passed else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``mai-graph train-pair`` (and ``python -m mai_graph.pair.train``)."""
+    p = argparse.ArgumentParser(prog="mai-graph train-pair", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the training arguments to ``p``."""
+    p.add_argument("out", help="where to write small/, large/ and manifest.json")
+    p.add_argument(
+        "--minutes", type=float, nargs="+", default=[10.0, 32.0], metavar="M",
+        help="wall-time budget: one number for both models, or small and large (default 10 32)",
+    )  # fmt: skip
+    p.add_argument(
+        "--steps", type=int, nargs="+", metavar="N",
+        help="fixed steps instead of a time budget (one number, or small and large)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heldout", type=int, default=1000, help="held-out items to score")
+    p.add_argument("--heldout-seed", type=int, default=1000, help="seed of the held-out items")
+    p.add_argument(
+        "--speed", default="vllm", choices=["vllm", "transformers", "skip"],
+        help="engine that measures per-token speed (skip: the speed gate fails)",
+    )  # fmt: skip
+    p.add_argument("--engine-lock", help="a lock file to hold while engines run (shared machines)")
+    p.add_argument("--work", help="scratch folder (default OUT.work)")
+    p.add_argument("--save-anyway", action="store_true", help="save even if a gate fails")
+    p.add_argument(
+        "--from-work", action="store_true",
+        help="no training: score, measure and check the models already in the scratch folder",
+    )  # fmt: skip
+    p.add_argument("--child", choices=["small", "large"], help=argparse.SUPPRESS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    for name in ("steps", "minutes"):
+        value = getattr(args, name)
+        if value and len(value) > 2:
+            raise ConfigError(
+                f"--{name} takes one or two numbers (small, large)", parameter=f"--{name}",
+                value=value,
+            )  # fmt: skip
+    if args.child:
+        train_role(
+            args.child, Path(args.work), seed=args.seed,
+            seconds=None if args.steps else 60 * args.minutes[0],
+            steps=args.steps[0] if args.steps else None,
+            heldout_n=args.heldout, heldout_seed=args.heldout_seed,
+        )  # fmt: skip
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

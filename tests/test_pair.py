@@ -1,0 +1,266 @@
+"""The trained pair, offline: files intact, manifest complete and consistent, prompts unchanged,
+and the training pieces (task, tokenizer, batches, gates) doing what they say."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from mai_graph.backends.render import render
+from mai_graph.eval.synthetic import COLOURS, TEMPLATES, make_synthetic
+from mai_graph.pair import PAIR_DIR, file_checksums, read_manifest, verify_pair
+from mai_graph.pair.task import (
+    CONTEXT,
+    chance_accuracy,
+    heldout_items,
+    make_example,
+    question_of,
+    reasoning_text,
+    train_item,
+    transfer_hint,
+    wrong_reasoning,
+)
+from mai_graph.pair.train import Gates, check_gates, heldout_stats
+from mai_graph.requests import short_request
+
+# -- the shipped pair ------------------------------------------------------------------------
+
+
+def test_every_file_matches_its_checksum():
+    assert verify_pair() == []
+    names = set(read_manifest()["checksums"])
+    for role in ("small", "large"):
+        assert {f"{role}/config.json", f"{role}/model.safetensors", f"{role}/tokenizer.json",
+                f"{role}/chat_template.jinja"} <= names  # fmt: skip
+
+
+def test_a_changed_or_extra_file_is_reported(tmp_path):
+    import shutil
+
+    shutil.copytree(PAIR_DIR, tmp_path / "pair")
+    root = tmp_path / "pair"
+    (root / "large" / "config.json").write_text("{}")
+    (root / "small" / "stray.txt").write_text("x")
+    assert verify_pair(root) == ["not in the manifest: small/stray.txt",
+                                 "checksum differs: large/config.json"]  # fmt: skip
+
+
+def test_the_pair_is_small_and_bf16():
+    total = sum((PAIR_DIR / name).stat().st_size for name in file_checksums(PAIR_DIR))
+    assert total < 20e6
+    for role in ("small", "large"):
+        with open(PAIR_DIR / role / "model.safetensors", "rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+        assert dtypes == {"BF16"}, (role, dtypes)
+
+
+def test_manifest_holds_what_the_issue_asks():
+    m = read_manifest()
+    for role in ("small", "large"):
+        model = m["models"][role]
+        for key in ("steps", "wall_s", "parameters", "train_flops", "spec"):
+            assert key in model, (role, key)
+        assert set(m[role]["by_template"]) == set(TEMPLATES)
+    assert m["compute_ratio_large_over_small"] > 0
+    for key in ("share", "accuracy_when_agree", "small_right_when_disagree"):
+        assert key in m["agreement"]
+    assert m["speed"]["engine"] == "vllm"
+    assert "capacity" in m["gap_source"]
+
+
+def test_the_recorded_gates_hold_and_follow_from_the_recorded_numbers():
+    m = read_manifest()
+    gates = check_gates(m, m["speed"]["ratio"])
+    assert [g["name"] for g in m["gates"]] == [name for name, _, _ in gates]
+    assert all(ok for _, ok, _ in gates) and m["gates_passed"]
+    assert m["large"]["accuracy"] - m["small"]["accuracy"] >= Gates().min_gap
+    assert m["small"]["accuracy"] >= 2 * m["chance"]
+    assert m["agreement"]["accuracy_when_agree"] >= m["large"]["accuracy"]
+    assert m["speed"]["ratio"] >= 2.5
+
+
+def test_the_graph_still_asks_what_the_pair_learned():
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from mai_graph.pair.task import prompt_fingerprint
+
+    tokenizer = AutoTokenizer.from_pretrained(PAIR_DIR / "small")
+    assert prompt_fingerprint(tokenizer) == read_manifest()["prompt_fingerprint"], (
+        "the graph's prompts changed since the pair was trained: retrain it with "
+        "`mai-graph train-pair mai_graph/pair/models`"
+    )
+
+
+def test_pair_command():
+    out = subprocess.run([sys.executable, "-m", "mai_graph.cli", "pair"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert "[pass] large beats small" in out and "files match their checksums" in out
+    path = subprocess.run([sys.executable, "-m", "mai_graph.cli", "pair", "--path"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert path.strip() == str(PAIR_DIR)
+
+
+# -- the task ----------------------------------------------------------------------------------
+
+
+def test_heldout_items_are_what_synth_data_writes(tmp_path):
+    from PIL import Image
+
+    data = make_synthetic(tmp_path, n=10, seed=5)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for item, row in zip(heldout_items(10, seed=5), rows):
+        assert item.row["question"] == row["question"] and item.row["answer"] == row["answer"]
+        assert item.template == row["meta"]["template"]
+        assert list(Image.open(tmp_path / row["image"]).getdata()) == list(item.image.getdata())
+
+
+def test_training_items_cover_every_template_and_differ_from_heldout():
+    train = [train_item(0, step, j) for step in range(4) for j in range(32)]
+    assert {it.template for it in train} == set(TEMPLATES)
+    assert train_item(0, 0, 0).row != heldout_items(1, seed=0)[0].row or (
+        train_item(0, 0, 1).row != heldout_items(2, seed=0)[1].row
+    )
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_reasoning_ends_in_the_answer_and_wrong_reasoning_in_another(template):
+    rng = random.Random(template)
+    for i in range(20):
+        item = next(it for j in range(200) if (it := train_item(i, j, 0)).template == template)
+        gold = item.row["answer"]
+        assert reasoning_text(item).endswith(f"Answer: {gold}")
+        text, wrong = wrong_reasoning(item, rng)
+        assert wrong != gold and text.endswith(f"Answer: {wrong}")
+
+
+def test_reasoning_lists_shapes_in_reading_order():
+    item = next(it for j in range(100) if (it := train_item(0, j, 0)).template == "exists"
+                and len(it.scene) > 2)  # fmt: skip
+    cells = sorted(item.scene, key=lambda s: s[2])
+    listed = reasoning_text(item).removeprefix("I see ").split(". Answer")[0]
+    assert listed.startswith(f"a {cells[0][1]} {cells[0][0]}")
+    assert listed.endswith(f"and a {cells[-1][1]} {cells[-1][0]}")
+
+
+def test_chance():
+    assert chance_accuracy(("exists", "bars")) == 0.5
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(PAIR_DIR / "small")
+
+
+def test_every_task_word_is_one_token(tokenizer):
+    words = "I see a red circle, a blue square and a green triangle. Answer: 5"
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer.encode(words))
+    spaced = words.replace(",", " ,").replace(".", " .").replace(":", " :")
+    assert len(tokens) == len(spaced.split())
+
+
+def test_training_prompts_are_the_graphs_prompts(tokenizer):
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    item = heldout_items(4, seed=3)[3]  # a multiple-choice item
+    ex = make_example(item, "short", tokenizer, random.Random(1), eos_id=eos, p_auto=0)
+    graph = render(tokenizer, short_request(question_of(item), CONTEXT).messages, {eos})
+    assert ex.prompt_ids == graph.token_ids
+    assert tokenizer.decode(ex.target_ids) == item.row["answer"] + "<|im_end|>"
+
+
+def test_transfer_hints_keep_the_content_words(tokenizer):
+    rng = random.Random(0)
+    item = next(it for j in range(100) if (it := train_item(0, j, 0)).template == "colour")
+    reasoning = reasoning_text(item)
+    for _ in range(20):
+        text, ids = transfer_hint(tokenizer, reasoning, (), rng)
+        assert tokenizer.decode(ids).strip() == text
+        words = text.replace(",", " ").replace(".", " ").split()
+        assert set(words) <= set(reasoning.replace(",", " ").replace(".", " ").split())
+        assert set(words) & {*COLOURS, "circle", "square", "triangle"}  # content words first
+
+
+def test_s2_examples_answer_what_their_reasoning_says(tokenizer):
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    rng = random.Random(2)
+    for j in range(30):
+        ex = make_example(train_item(1, j, 0), "s2", tokenizer, rng, eos_id=eos)
+        prompt = tokenizer.decode(ex.prompt_ids)
+        said = prompt.rsplit("Answer: ", 1)[1].split("<|im_end|>")[0]
+        assert tokenizer.decode(ex.target_ids) == said + "<|im_end|>"
+
+
+# -- training pieces ---------------------------------------------------------------------------
+
+
+def test_gates_and_stats():
+    stats = heldout_stats(["count", "bars", "count", "bars"], [True, False, False, False],
+                          [True, True, True, False], [True, False, False, True])  # fmt: skip
+    assert stats["small"]["accuracy"] == 0.25 and stats["large"]["by_template"]["bars"] == 0.5
+    assert stats["agreement"]["accuracy_when_agree"] == 0.5
+    assert stats["agreement"]["large_right_when_disagree"] == 1.0
+    gates = dict((name, ok) for name, ok, _ in check_gates(stats, None))
+    assert gates == {
+        "large beats small by >= 10 points": True,
+        "small >= 2x chance": False,
+        "accuracy when they agree >= large overall": False,
+        "large >= 2.5x slower per token": False,
+    }
+
+
+def test_one_training_step_and_prediction(tokenizer):
+    torch = pytest.importorskip("torch")
+    from mai_graph.pair.train import (
+        PAIR_SPECS,
+        Batcher,
+        build_processor,
+        loss_of,
+        new_model,
+        predict_short,
+        score_answers,
+    )
+
+    torch.set_num_threads(1)
+    spec = PAIR_SPECS["small"]
+    model = new_model(spec, tokenizer, seed=0)
+    assert not any(p.requires_grad for n, p in model.named_parameters()
+                   if "visual.blocks" in n or "patch_embed" in n)  # fmt: skip
+    batcher = Batcher(model, build_processor(tokenizer, spec.image_side), tokenizer)
+    rng = random.Random(0)
+    items = [train_item(0, 0, j) for j in range(8)]
+    examples = [make_example(it, p, tokenizer, rng, eos_id=batcher.eos)
+                for it, p in zip(items, ["short", "cot", "s2", "answer"] * 2)]  # fmt: skip
+    images = [it.image for it in items]
+    shared = batcher.batch(examples, images)
+    plain = batcher.batch(examples, images, share_prefix=False)
+    assert shared.prefix > 20 and plain.prefix == 0
+    losses, grads = [], []
+    for b in (shared, plain):
+        model.zero_grad()
+        loss = loss_of(model, b)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(model.lm_head.weight.grad.clone())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)  # the shared prefix is exact
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    answers = predict_short(model, batcher.processor, tokenizer, items[:4])
+    assert len(answers) == 4 and len(score_answers(items[:4], answers)) == 4
+
+
+def test_the_package_ships_every_file_of_the_pair():
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    setuptools = config["tool"]["setuptools"]
+    assert "mai_graph.pair" in setuptools["packages"]
+    globs = setuptools["package-data"]["mai_graph.pair"]
+    for name in [*read_manifest()["checksums"], "manifest.json"]:
+        assert any(fnmatch.fnmatch(f"models/{name}", g) for g in globs), name
