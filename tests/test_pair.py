@@ -260,7 +260,9 @@ def test_the_package_ships_every_file_of_the_pair():
 
     config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     setuptools = config["tool"]["setuptools"]
-    assert "mai_graph.pair" in setuptools["packages"]
-    globs = setuptools["package-data"]["mai_graph.pair"]
+    data = setuptools["package-data"]
     for name in [*read_manifest()["checksums"], "manifest.json"]:
-        assert any(fnmatch.fnmatch(f"models/{name}", g) for g in globs), name
+        folder, _, file = f"models/{name}".rpartition("/")
+        package = "mai_graph.pair." + folder.replace("/", ".")
+        assert package in setuptools["packages"], package
+        assert any(fnmatch.fnmatch(file, g) for g in data.get(package, ())), name
