@@ -9,10 +9,11 @@ safetensors) and ``OUT/manifest.json``.
 What the models learn (see :mod:`mai_graph.pair.task`): the graph's short-answer, reasoning,
 answer-extraction (S2) and transfer prompts, rendered exactly as the engines render them. The
 vision tower keeps its random weights (frozen: a trainable random ViT collapses at this scale);
-the mergers and the language model learn. The gap between the two models comes from capacity:
-the small model sees the picture at 64x64 pixels (4 visual tokens) through a 2-layer, 64-wide
-language model; the large one at 128x128 (16 visual tokens) through a deeper, wider one. Both
-train for the same wall time; the manifest records each one's steps and compute.
+the mergers and the language model learn, helped by an auxiliary perception loss (training
+only). The gap between the two models comes from capacity (the small model sees a 32x32
+thumbnail, one visual token, through a 2-layer language model; the large one 128x128 pixels,
+16 visual tokens, through 12 layers) and, with the default budgets (10 and 32 minutes), from
+compute: the manifest records each one's wall time, steps and FLOPs and says so.
 
 Determinism: data, initialization and order are fixed by ``--seed``. A time budget
 (``--minutes``) makes the number of steps depend on the machine; ``--steps`` (the manifest
@@ -106,7 +107,7 @@ PAIR_SPECS: dict[str, PairSpec] = {
     ),
 }
 """The pair. The large model is deeper (more sequential work per token, which is what makes
-decode slower on any engine) and sees four times the visual tokens."""
+decode slower on any engine) and sees sixteen times the visual tokens."""
 
 
 @dataclass(frozen=True)
