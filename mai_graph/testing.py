@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "TINY_SPECS",
     "TinySpec",
     "build_tiny_pair",
+    "build_tokenizer",
     "count_parameters",
     "default_tiny_dir",
     "tiny_backends",
@@ -117,7 +119,12 @@ def _fingerprint(seed: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _build_tokenizer(vocab_size: int) -> Any:
+def build_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length: int = 8192) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``, with the Qwen chat special tokens.
+
+    Any text still encodes (byte fallback); the chat template is :data:`CHAT_TEMPLATE`. The
+    tiny random pair and the trained pair (``mai_graph.pair``) both build theirs here.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -130,14 +137,14 @@ def _build_tokenizer(vocab_size: int) -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         bos_token=None,
         unk_token=None,
-        model_max_length=8192,
+        model_max_length=model_max_length,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -264,7 +271,7 @@ def build_tiny_pair(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    tokenizer = _build_tokenizer(vocab_size=640)
+    tokenizer = build_tokenizer([_CORPUS] * 4, vocab_size=640)
     processor = _processor(tokenizer)
     for i, (name, target) in enumerate((("small", small_dir), ("large", large_dir))):
         torch.manual_seed(seed * 1000 + i)

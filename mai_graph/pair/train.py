@@ -131,31 +131,9 @@ def build_tokenizer() -> Any:
     Every task word is one token; any other text still encodes (byte fallback). The Qwen chat
     special tokens and chat template are those of the tiny random pair.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from mai_graph.testing import build_tokenizer as build
 
-    from mai_graph.testing import _SPECIAL, CHAT_TEMPLATE
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=2048,
-        special_tokens=_SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        model_max_length=4096,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return build(corpus(), vocab_size=2048, model_max_length=4096)
 
 
 def build_processor(tokenizer: Any, side: int) -> Any:
