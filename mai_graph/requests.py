@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
-from mai_graph.backends.base import GenerationRequest
+from mai_graph.backends.base import GenerationRequest, Purpose
 from mai_graph.context import MAIContext
 from mai_graph.errors import ImageError
 from mai_graph.images import ImageRef
 from mai_graph.limits import check_question, fit_image
 from mai_graph.media import VideoRef, check_image_count, check_media, resolve_video
+from mai_graph.messages import Message
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import Request
@@ -158,31 +159,38 @@ def affinity_key(q: Question) -> str:
     return "mai-" + digest.hexdigest()[:24]
 
 
-def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
-    """A short answer (verification and the short baselines); logprobs give its probability."""
+def _request(
+    q: Question, ctx: MAIContext, messages: tuple[Message, ...], purpose: Purpose, **limits: Any
+) -> GenerationRequest:
+    """A call of this run, with the settings every purpose shares.
+
+    Those are the run's sampling settings, the generated tokens' logprobs and the routing key;
+    ``limits`` are the purpose's own (``max_tokens``, ``min_tokens``, ``choices``).
+    """
     return GenerationRequest(
-        messages=short_messages(ctx, q.all_images, q.text, q.options, q.kind, q.videos),
-        max_tokens=ctx.short_max_tokens,
-        choices=q.choices(ctx),
+        messages=messages,
         temperature=ctx.temperature,
         seed=ctx.seed,
         logprobs=0,
-        purpose="short",
+        purpose=purpose,
         affinity_key=affinity_key(q),
+        **limits,
+    )
+
+
+def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
+    """A short answer (verification and the short baselines); logprobs give its probability."""
+    messages = short_messages(ctx, q.all_images, q.text, q.options, q.kind, q.videos)
+    return _request(
+        q, ctx, messages, "short", max_tokens=ctx.short_max_tokens, choices=q.choices(ctx)
     )
 
 
 def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
     """The chain of thought (its generated logprobs come free and feed the scorers)."""
-    return GenerationRequest(
-        messages=cot_messages(ctx, q.all_images, q.text, q.options, q.videos),
-        max_tokens=ctx.cot_max_tokens,
-        min_tokens=ctx.cot_min_tokens,
-        temperature=ctx.temperature,
-        seed=ctx.seed,
-        logprobs=0,
-        purpose="cot",
-        affinity_key=affinity_key(q),
+    messages = cot_messages(ctx, q.all_images, q.text, q.options, q.videos)
+    return _request(
+        q, ctx, messages, "cot", max_tokens=ctx.cot_max_tokens, min_tokens=ctx.cot_min_tokens
     )
 
 
@@ -194,16 +202,8 @@ def s2_request(
     The sparsify node scores tokens over this same prompt (attention strategy).
     """
     cot = cot_messages(ctx, q.all_images, q.text, q.options, q.videos)
-    return GenerationRequest(
-        messages=s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind),
-        max_tokens=ctx.s2_max_tokens,
-        choices=q.choices(ctx),
-        temperature=ctx.temperature,
-        seed=ctx.seed,
-        logprobs=0,
-        purpose="s2",
-        affinity_key=affinity_key(q),
-    )
+    messages = s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind)
+    return _request(q, ctx, messages, "s2", max_tokens=ctx.s2_max_tokens, choices=q.choices(ctx))
 
 
 def answer_request(
@@ -217,15 +217,9 @@ def answer_request(
     ``transfer`` may also be several drafts' reasonings, as ``(text, token_ids)`` pieces, best
     first.
     """
-    return GenerationRequest(
-        messages=transfer_messages(
-            ctx, q.all_images, q.text, q.options, q.kind, transfer, transfer_token_ids, q.videos
-        ),
-        max_tokens=ctx.short_max_tokens,
-        choices=q.choices(ctx),
-        temperature=ctx.temperature,
-        seed=ctx.seed,
-        logprobs=0,
-        purpose="answer",
-        affinity_key=affinity_key(q),
+    messages = transfer_messages(
+        ctx, q.all_images, q.text, q.options, q.kind, transfer, transfer_token_ids, q.videos
+    )
+    return _request(
+        q, ctx, messages, "answer", max_tokens=ctx.short_max_tokens, choices=q.choices(ctx)
     )
