@@ -485,3 +485,12 @@ def test_recorded_calls_charge_an_image_only_when_it_was_not_cached():
     path = [call("verify", "small", 180, 32), call("reason", "small", 200, 160, 50)]
     reason = model.small.engine_time(CallShape("small", "reason", 40, 160, 50))
     assert model.predict_calls(path) == pytest.approx(fresh + reason)
+
+
+def test_the_modelled_routes_are_the_graphs_routes_but_a_reviewers():
+    from typing import get_args
+
+    from mai_graph.latency import MODEL_ROUTES
+    from mai_graph.state import Route
+
+    assert set(MODEL_ROUTES) == set(get_args(Route)) - {"human"}

@@ -29,6 +29,7 @@ from mai_graph.eval.calibrate import pareto_front, score_settings, settings_grid
 from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
 from mai_graph.eval.scorers import METRIC_NAMES, kind_metrics, score
+from mai_graph.latency import MODEL_ROUTES
 
 __all__ = [
     "LatencyModel",
@@ -42,17 +43,8 @@ __all__ = [
 LatencyModel = Callable[[str, Sequence[Outcome]], float | None]
 """Predicts a route's latency from its runs (``route, outcomes -> seconds``), or None."""
 
-ROUTE_ORDER = (
-    "agree",
-    "large_confident",
-    "extract_agree",
-    "transfer",
-    "small",
-    "large",
-    "small_cot",
-    "large_cot",
-    "human",
-)
+ROUTE_ORDER = (*MODEL_ROUTES, "human")
+"""Routes in display order: the latency model's, then a reviewer's answer."""
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:
