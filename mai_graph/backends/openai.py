@@ -286,11 +286,11 @@ class OpenAIBackend:
         pieces: list[str] = []
         finish = "stop"
         usage = None
-        chunks = 0
+        accepted = False  # the server answered with a stream: the request is in flight
         try:
             stream = await self.client.chat.completions.create(**body)
+            accepted = True
             async for chunk in stream:
-                chunks += 1
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for choice in chunk.choices:
@@ -312,7 +312,7 @@ class OpenAIBackend:
                     if choice.finish_reason:
                         finish = choice.finish_reason
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
-            if not chunks:
+            if not accepted:
                 raise BackendError(
                     f"{self.name}: server unreachable or busy: {exc}",
                     transient=True,

@@ -198,39 +198,44 @@ async def test_vllm_serve_slow_killed_and_down(tiny_pair, tmp_path):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_pair[0]),
            "--served-model-name", "tiny-small", "--host", "127.0.0.1", "--port", str(port),
            "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
-           "--max-model-len", "4096"]  # fmt: skip
+           "--max-model-len", "8192"]  # fmt: skip
     base, url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/v1"
-    long = GenerationRequest(
-        ({"role": "user", "content": [{"type": "text", "text": "Talk."}]},),
-        max_tokens=3000, min_tokens=3000, purpose="cot",
-    )  # fmt: skip
+
+    def talk(tokens):
+        content = [{"type": "text", "text": "Talk."}]
+        request = ({"role": "user", "content": content},)
+        return GenerationRequest(request, max_tokens=tokens, min_tokens=tokens, purpose="cot")
+
     with serving(cmd, f"{base}/health", tmp_path / "server.log", env=env) as proc:
         tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
         # 1. Slower than the timeout: fails in time, and the server stops working on it.
         start = time.monotonic()
         with pytest.raises(BackendError, match="did not finish within timeout_s=2 s") as err:
-            await OpenAIBackend.from_url(url, "tiny-small", timeout_s=2).generate(long)
-        assert err.value.transient and time.monotonic() - start < 6
+            await OpenAIBackend.from_url(url, "tiny-small", timeout_s=2).generate(talk(3000))
+        # A CPU engine can starve this process while it generates, so the bound is loose: the
+        # point is a typed, transient error, and that the server then stops working on it.
+        assert err.value.transient and time.monotonic() - start < 15
         print(f"timeout_s=2: failed after {time.monotonic() - start:.2f} s")
         deadline = time.monotonic() + 20
         while running(base) > 0:
             assert time.monotonic() < deadline, "the server kept generating after the timeout"
             await asyncio.sleep(0.2)
 
-        # 2. Killed mid-stream: the request fails at once with a transient error.
-        task = asyncio.create_task(OpenAIBackend.from_url(url, "tiny-small").generate(long))
-        deadline = time.monotonic() + 120  # generous: a loaded 2-core machine is slow to step
-        while running(base) < 1:
-            if task.done():  # it ended before it was seen running: say why
-                pytest.fail(f"the request ended before it ran: {task.exception()!r}")
-            assert time.monotonic() < deadline, "the request never started"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)
+        # 2. Killed with a request in flight: the request fails at once with a transient error.
+        # The engine processes are paused first, so the kill lands while the request is inside
+        # the server however fast the engine is (and however hard a CPU engine starves this
+        # process while it generates).
+        for pid in tree[1:]:
+            os.kill(pid, signal.SIGSTOP)
+        task = asyncio.create_task(OpenAIBackend.from_url(url, "tiny-small").generate(talk(3000)))
+        await asyncio.sleep(1.0)
+        assert not task.done(), f"the request ended before the kill: {task.exception()!r}"
         for pid in alive(tree):  # the server and the engine processes it started
             os.kill(pid, signal.SIGKILL)
         start = time.monotonic()
         with pytest.raises(BackendError, match="tiny-small: the connection to the server broke"):
             await task
+        assert task.exception().transient
         assert time.monotonic() - start < 10
         print(f"server killed mid-stream: request failed {time.monotonic() - start:.2f} s later")
         proc.wait(timeout=10)
