@@ -25,24 +25,15 @@ import time
 from pathlib import Path
 
 import psutil
-from PIL import Image, ImageDraw
 
 from mai_graph import MAIContext, arun
 from mai_graph.backends.fake import ScriptedBackend
 from mai_graph.backends.steered import SteeredBackend
+from mai_graph.testing import draw_scene
 
 QUESTION = "Which colour is the large square in the centre of the image?"
 OPTIONS = ["red", "blue", "green", "yellow"]
 REASONING = "The square in the middle is red and the circles are blue, so the answer is A. " * 4
-
-
-def draw(path: Path) -> Path:
-    img = Image.new("RGB", (320, 256), (128, 128, 128))
-    d = ImageDraw.Draw(img)
-    d.rectangle((110, 78, 210, 178), fill=(220, 30, 30))
-    d.ellipse((20, 20, 60, 60), fill=(30, 60, 220))
-    img.save(path)
-    return path
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -177,7 +168,7 @@ async def engine_part(args: argparse.Namespace, image: Path) -> bool:
 async def main(args: argparse.Namespace) -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        image = draw(Path(tmp) / "scene.png")
+        image = draw_scene(Path(tmp) / "scene.png")
         if args.fake:
             ok = await fake_part(args, image) and ok
         if args.engine and not args.no_engine:

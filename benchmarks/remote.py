@@ -37,15 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' server helpers
 
-from PIL import Image, ImageDraw  # noqa: E402
-
 from mai_graph import MAIContext, arun  # noqa: E402
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends  # noqa: E402
 from mai_graph.backends.openai import AFFINITY_HEADER, OpenAIBackend, openai_messages  # noqa: E402
+from mai_graph.backends.recording import RecordingBackend  # noqa: E402
 from mai_graph.backends.render import common_prefix  # noqa: E402
 from mai_graph.backends.steered import SteeredBackend  # noqa: E402
 from mai_graph.backends.vllm import VLLMBackend  # noqa: E402
-from mai_graph.testing import build_tiny_pair  # noqa: E402
+from mai_graph.testing import build_tiny_pair, draw_scene  # noqa: E402
 from tests.cluster import finished, metric, replicas, router, tokenize  # noqa: E402
 
 QUESTION = (
@@ -64,27 +63,9 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def picture(i: int, folder: Path) -> str:
-    img = Image.new("RGB", (320, 256), (128, 128, 128))
-    draw = ImageDraw.Draw(img)
-    x, y = 20 + (i * 37) % 200, 20 + (i * 53) % 150
-    draw.rectangle((x, y, x + 90, y + 90), fill=((i * 71) % 256, 30, (i * 29) % 256))
-    draw.ellipse((250, 190, 290, 230), fill=(30, 60, 220))
-    path = folder / f"picture-{i}.png"
-    img.save(path)
-    return str(path)
-
-
-class Recorded:
-    """Records each (request, generation) a backend serves."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.calls = inner, inner.name, []
-
-    async def generate(self, request):
-        gen = await self.inner.generate(request)
-        self.calls.append((request, gen))
-        return gen
+def picture(i: int, folder) -> str:
+    """A distinct image per run (its own pixels, so its own cache entries)."""
+    return str(draw_scene(folder / f"picture-{i}.png", i))
 
 
 def remote(url, model, affinity=True):
@@ -193,7 +174,7 @@ async def affinity(replicas_, routers, large_url, folder: Path, runs: int, cot: 
     for _ in range(runs):
         for name, (_, key) in VARIANTS.items():  # interleaved
             i += 1
-            small = Recorded(
+            small = RecordingBackend(
                 SteeredBackend(remote(routers[name].url, "tiny-small", key), ROUTES["transfer"][0])
             )
             before = finished(a.base), finished(b.base)

@@ -29,6 +29,7 @@ __all__ = [
     "build_tokenizer",
     "count_parameters",
     "default_tiny_dir",
+    "draw_scene",
     "tiny_backends",
     "tiny_pair_paths",
 ]
@@ -312,3 +313,26 @@ def tiny_backends(
     small, large = backends_for(kind, str(small_dir), str(large_dir))
     small.name, large.name = "tiny-small", "tiny-large"
     return small, large
+
+
+def draw_scene(path: str | os.PathLike[str], variant: int | None = None) -> Path:
+    """Write a 320x256 test picture to ``path`` (PNG) and return the path.
+
+    ``variant=None`` draws the one shared scene (a red square in the centre, a blue circle top
+    left); an integer draws a distinct picture per value (its own square's place and colour),
+    so each gets its own cache entries.
+    """
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (320, 256), (128, 128, 128))
+    draw = ImageDraw.Draw(img)
+    if variant is None:
+        draw.rectangle((110, 78, 210, 178), fill=(220, 30, 30))
+        draw.ellipse((20, 20, 60, 60), fill=(30, 60, 220))
+    else:
+        x, y = 20 + (variant * 37) % 200, 20 + (variant * 53) % 150
+        colour = ((variant * 71) % 256, 30, (variant * 29) % 256)
+        draw.rectangle((x, y, x + 90, y + 90), fill=colour)
+        draw.ellipse((250, 190, 290, 230), fill=(30, 60, 220))
+    img.save(path, format="PNG")
+    return Path(path)

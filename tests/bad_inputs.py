@@ -17,6 +17,7 @@ from typing import Any
 
 from PIL import Image
 
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.limits import MAX_QUESTION_CHARS, MIN_IMAGE_SIDE
 
@@ -145,17 +146,6 @@ def inputs(case: Case, folder: Path, good_image: Path) -> dict[str, Any]:
     return {"question": QUESTION, "image": str(good_image), "options": OPTIONS, **case.make(folder)}
 
 
-class Recorder:
-    """Wraps a backend and records the requests that reached it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.name, self.requests = inner, inner.name, []
-
-    async def generate(self, request: Any) -> Any:
-        self.requests.append(request)
-        return await self.inner.generate(request)
-
-
 async def run_case(case: Case, kind: str, small: Any, large: Any, folder: Path,
                    good_image: Path) -> None:  # fmt: skip
     """Run one case on a backend pair whose short answers agree; then a good run must agree."""
@@ -166,7 +156,7 @@ async def run_case(case: Case, kind: str, small: Any, large: Any, folder: Path,
     from mai_graph import arun
 
     args = inputs(case, folder, good_image)
-    s, big = Recorder(small), Recorder(large)
+    s, big = RecordingBackend(small), RecordingBackend(large)
     run = dict(options=args["options"], small=s, large=big)
     if case.error is not None and kind in case.on:
         with pytest.raises(case.error) as err:

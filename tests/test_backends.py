@@ -16,6 +16,7 @@ from mai_graph.backends.base import (
     VocabularyBackend,
 )
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.select import BACKENDS
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.nodes.sparsify import same_tokenizer
@@ -70,6 +71,29 @@ def test_steered_backend_declares_exactly_what_it_wraps():
     assert isinstance(lazy, VocabularyBackend) and isinstance(lazy, ManagedBackend)
     plain = SteeredBackend(Plain(), {})
     assert not isinstance(plain, VocabularyBackend) and not isinstance(plain, ManagedBackend)
+
+
+async def test_recording_backend_records_every_call_and_hides_nothing():
+    lazy = RecordingBackend(LazyEngine("x"))
+    assert isinstance(lazy, VocabularyBackend) and isinstance(lazy, ManagedBackend)
+    small = RecordingBackend(
+        FunctionBackend(lambda r: {"short": "C", "cot": "I think B", "s2": "B"}[r.purpose])
+    )
+    large = RecordingBackend(ScriptedBackend("A"))
+    out = await create_mai_graph(small, large).compile().ainvoke(
+        {"question": "Which?", "options": ["x", "y", "z"]}, context={}
+    )
+    assert out["route"] == "transfer"
+    assert [r.purpose for r in small.requests] == ["short", "cot", "s2"]
+    assert [r.purpose for r, _ in large.calls] == ["short", "answer"]
+    request, generation = small.call("cot")
+    assert generation.text == "I think B" and request.purpose == "cot"
+    with pytest.raises(LookupError, match="0 calls for purpose 'answer'"):
+        small.call("answer")
+    failing = RecordingBackend(FunctionBackend(lambda r: 1 / 0))
+    with pytest.raises(ZeroDivisionError):
+        await failing.generate(small.requests[0])
+    assert failing.requests == [small.requests[0]] and failing.calls == []
 
 
 async def test_vocabulary_check_starts_engines_that_have_not_started():

@@ -3,20 +3,15 @@
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageDraw
 
 ENGINES = ("vllm", "transformers")
 
 
 @pytest.fixture(scope="session")
 def scene(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("scene") / "scene.png"
-    img = Image.new("RGB", (320, 256), (128, 128, 128))
-    draw = ImageDraw.Draw(img)
-    draw.rectangle((110, 78, 210, 178), fill=(220, 30, 30))
-    draw.ellipse((20, 20, 60, 60), fill=(30, 60, 220))
-    img.save(path)
-    return path
+    from mai_graph.testing import draw_scene
+
+    return draw_scene(tmp_path_factory.mktemp("scene") / "scene.png")
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from mai_graph import MAIContext, arun
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.render import common_prefix, render
 from mai_graph.backends.steered import SteeredBackend
 
@@ -28,22 +29,6 @@ ROUTES = {
 }
 
 
-class Recorder:
-    """Records each request and its generation (the engines stay untouched)."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.calls = inner, inner.name, []
-
-    async def generate(self, request):
-        gen = await self.inner.generate(request)
-        self.calls.append((request, gen))
-        return gen
-
-    def call(self, purpose):
-        (found,) = [(r, g) for r, g in self.calls if r.purpose == purpose]
-        return found
-
-
 def ctx(**kw):
     return MAIContext(cot_max_tokens=COT, cot_min_tokens=COT, short_max_tokens=8, **kw)
 
@@ -59,8 +44,8 @@ def shared_prefix(backend, a, b):
 async def steered_run(small, large, route, scene, **kw):
     s_choices, l_choices = ROUTES[route]
     small_rec, large_rec = (
-        Recorder(SteeredBackend(small, s_choices)),
-        Recorder(SteeredBackend(large, l_choices)),
+        RecordingBackend(SteeredBackend(small, s_choices)),
+        RecordingBackend(SteeredBackend(large, l_choices)),
     )
     result = await arun(
         QUESTION, str(scene), options=OPTIONS, small=small_rec, large=large_rec, context=ctx(**kw)

@@ -18,11 +18,12 @@ import sys
 import time
 
 import pytest
-from PIL import Image, ImageDraw
 
 from mai_graph import BackendError, MAIContext, arun, create_mai_graph
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.render import common_prefix
 from mai_graph.backends.steered import SteeredBackend
+from mai_graph.testing import draw_scene
 from tests.cluster import finished, metric, replicas, router, tokenize
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
@@ -54,28 +55,9 @@ def cluster(tiny_pair, tmp_path_factory):
         yield {"a": a, "b": b, "large": large, "router": front, "round_robin": spread}
 
 
-def picture(i: int, tmp_path) -> str:
+def picture(i: int, folder) -> str:
     """A distinct image per run (its own pixels, so its own cache entries)."""
-    img = Image.new("RGB", (320, 256), (128, 128, 128))
-    draw = ImageDraw.Draw(img)
-    x, y = 20 + (i * 37) % 200, 20 + (i * 53) % 150
-    draw.rectangle((x, y, x + 90, y + 90), fill=((i * 71) % 256, 30, (i * 29) % 256))
-    draw.ellipse((250, 190, 290, 230), fill=(30, 60, 220))
-    path = tmp_path / f"picture-{i}.png"
-    img.save(path)
-    return str(path)
-
-
-class Recorded:
-    """Records each (request, generation) a backend serves."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.calls = inner, inner.name, []
-
-    async def generate(self, request):
-        gen = await self.inner.generate(request)
-        self.calls.append((request, gen))
-        return gen
+    return str(draw_scene(folder / f"picture-{i}.png", i))
 
 
 def remote(url, model, *, affinity=True, **kwargs):
@@ -117,7 +99,9 @@ async def test_affinity_keeps_each_runs_calls_on_one_replica_and_its_cache(clust
     for i in range(12):
         affinity = i % 2 == 0  # interleaved: consistent hashing on the key, or round robin
         front = cluster["router" if affinity else "round_robin"]
-        small = Recorded(steered(remote(front.url, "tiny-small", affinity=affinity), "small"))
+        small = RecordingBackend(
+            steered(remote(front.url, "tiny-small", affinity=affinity), "small")
+        )
         before = finished(a.base), finished(b.base)
         result = await arun(QUESTION, picture(i, tmp_path), small=small, large=large,
                             options=OPTIONS, context=context)  # fmt: skip

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from mai_graph import MAIContext, arun
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.render import common_prefix, render
 from mai_graph.backends.steered import SteeredBackend
 
@@ -22,27 +23,6 @@ QUESTION = (
 OPTIONS = ["first", "second", "third", "none"]
 COT = 32
 TRANSFER = ({"short": ["A"], "s2": ["C"]}, {"short": ["B"]})
-
-
-class Recorder:
-    """Records each request and its generation (the engines stay untouched)."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.calls = inner, inner.name, []
-
-    def __getattr__(self, name):  # vocabulary, limits...; every call goes through generate
-        if name == "generate_stream":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    async def generate(self, request):
-        gen = await self.inner.generate(request)
-        self.calls.append((request, gen))
-        return gen
-
-    def call(self, purpose):
-        found = [(r, g) for r, g in self.calls if r.purpose == purpose]
-        return found[0]
 
 
 def ctx(**kw):
@@ -105,8 +85,8 @@ def assert_cached_transfer(kind, small, large, small_rec, large_rec):
 
 async def test_every_image_reaches_the_engine_and_the_cache(engines, pictures):
     kind, small, large = engines
-    small_rec = Recorder(SteeredBackend(small, TRANSFER[0]))
-    large_rec = Recorder(SteeredBackend(large, TRANSFER[1]))
+    small_rec = RecordingBackend(SteeredBackend(small, TRANSFER[0]))
+    large_rec = RecordingBackend(SteeredBackend(large, TRANSFER[1]))
     one = await arun(QUESTION, pictures[0], options=OPTIONS, small=small, large=large,
                      context=ctx(policy="large"))  # fmt: skip
     result = await arun(
@@ -125,8 +105,8 @@ async def test_every_image_reaches_the_engine_and_the_cache(engines, pictures):
 
 async def test_a_video_reaches_the_engine_and_the_cache(engines, clip):
     kind, small, large = engines
-    small_rec = Recorder(SteeredBackend(small, TRANSFER[0]))
-    large_rec = Recorder(SteeredBackend(large, TRANSFER[1]))
+    small_rec = RecordingBackend(SteeredBackend(small, TRANSFER[0]))
+    large_rec = RecordingBackend(SteeredBackend(large, TRANSFER[1]))
     result = await arun(
         "Which way does the box move?", video=clip, options=["left", "right", "up", "down"],
         small=small_rec, large=large_rec, context=ctx(video_fps=4.0, max_frames=8),
@@ -141,8 +121,8 @@ async def test_a_video_reaches_the_engine_and_the_cache(engines, clip):
 
 async def test_k_sampled_drafts_on_one_engine(engines, pictures):
     _, small, large = engines
-    small_rec = Recorder(SteeredBackend(small, TRANSFER[0]))
-    large_rec = Recorder(SteeredBackend(large, {"short": ["B"]}))
+    small_rec = RecordingBackend(SteeredBackend(small, TRANSFER[0]))
+    large_rec = RecordingBackend(SteeredBackend(large, {"short": ["B"]}))
     result = await arun(
         QUESTION, pictures[0], options=OPTIONS, small=small_rec, large=large_rec,
         context=ctx(drafts=3, transfer_drafts=2, seed=1),
@@ -153,7 +133,7 @@ async def test_k_sampled_drafts_on_one_engine(engines, pictures):
         by_node.setdefault(m["node"], []).append(m.get("drafter"))
     assert by_node == {"verify": [0, 1, 2, None], "reason": [0, 1, 2], "extract": [0, 1, 2],
                        "answer": [None]}  # fmt: skip
-    cots = [r for r, _ in small_rec.calls if r.purpose == "cot"]
+    cots = [r for r, _ in small_rec.calls_for("cot")]
     assert {(r.temperature, r.seed) for r in cots} == {(0.7, 1), (0.7, 2), (0.7, 3)}
     assert sorted(d["rank"] for d in result.drafts) == [0, 1, 2]
     texts = [p.get("text") for p in large_rec.call("answer")[0].messages[1]["content"]]
@@ -163,9 +143,9 @@ async def test_k_sampled_drafts_on_one_engine(engines, pictures):
 async def test_three_model_chain_escalates_to_the_last_stage(engines, pictures):
     _, small, large = engines
     # small -> large -> large: the pair's large model is also the next stage's small one.
-    first = Recorder(SteeredBackend(small, {"short": ["A"], "s2": ["C"]}))
-    middle = Recorder(SteeredBackend(large, {"short": ["B"], "answer": ["C"], "s2": ["A"]}))
-    last = Recorder(SteeredBackend(large, {"short": ["D"]}))
+    first = RecordingBackend(SteeredBackend(small, {"short": ["A"], "s2": ["C"]}))
+    middle = RecordingBackend(SteeredBackend(large, {"short": ["B"], "answer": ["C"], "s2": ["A"]}))
+    last = RecordingBackend(SteeredBackend(large, {"short": ["D"]}))
     result = await arun(
         QUESTION, pictures[0], options=OPTIONS, small=first, large=[middle, last], context=ctx()
     )
@@ -174,7 +154,7 @@ async def test_three_model_chain_escalates_to_the_last_stage(engines, pictures):
         ("verify", 1), ("verify", 1), ("reason", 1), ("extract", 1), ("answer", 1),
         ("escalate", 2), ("reason", 2), ("extract", 2), ("answer", 2),
     ]  # fmt: skip
-    reason2 = [g for r, g in middle.calls if r.purpose == "cot"][0]
+    reason2 = middle.call("cot")[1]
     assert reason2.generated_tokens == COT
     # The last stage's short answer and its answer call share their image + question prefix.
     short_gen = last.call("short")[1]
