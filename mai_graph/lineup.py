@@ -85,6 +85,28 @@ class Lineup:
         )
         return cls(drafters, chain)
 
+    @classmethod
+    def of_models(
+        cls,
+        small: VLMBackend | Sequence[VLMBackend],
+        large: VLMBackend | Sequence[VLMBackend],
+    ) -> Lineup:
+        """The lineup of ``run(..., small=small, large=large)``: ``large`` may be a chain.
+
+        Raises:
+            ConfigError: As :meth:`of`, or ``large`` is an empty sequence.
+        """
+        if isinstance(large, Sequence) and not isinstance(large, str | bytes):
+            if not large:
+                raise ConfigError(
+                    "large must be a backend or a non-empty chain of backends",
+                    parameter="large",
+                    value=large,
+                    fix="pass one large backend, or a list of them, smallest first",
+                )
+            return cls.of(small, *large)
+        return cls.of(small, large)
+
     @property
     def stages(self) -> int:
         """How many stages the chain has (1 for the two-model graph)."""

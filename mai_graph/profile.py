@@ -658,7 +658,7 @@ def register(sub: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_backend_flags(p, default="vllm")
+    add_backend_flags(p, default="vllm", shapes=False)
     p.add_argument(
         "--tiny",
         nargs="?",

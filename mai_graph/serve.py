@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from mai_graph.answers import normalize_options
-from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
+from mai_graph.lineup import Lineup
 from mai_graph.result import totals
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import InputState
@@ -408,8 +409,8 @@ class _Endpoint:
 
     def __init__(
         self,
-        small: VLMBackend,
-        large: VLMBackend,
+        small: VLMBackend | Sequence[VLMBackend],
+        large: VLMBackend | Sequence[VLMBackend],
         *,
         model_name: str,
         api_keys: Sequence[str],
@@ -427,7 +428,9 @@ class _Endpoint:
         self.allowed = None if allowed_settings is None else frozenset(allowed_settings)
         # The endpoint applies the image policy itself (so a refusal is a 400 before any
         # stream starts) and hands the graph a checked reference: the graph trusts it.
-        self.graph = create_mai_graph(small, large, **graph_kwargs).compile(name=model_name)
+        lineup = Lineup.of_models(small, large)
+        builder = create_mai_graph(list(lineup.drafters), *lineup.chain, **graph_kwargs)
+        self.graph = builder.compile(name=model_name)
         self.max_concurrency = max_concurrency
         self._slots: asyncio.Semaphore | None = None
         self.created = int(time.time())
@@ -564,8 +567,8 @@ class _Endpoint:
 
 
 def create_app(
-    small: VLMBackend,
-    large: VLMBackend,
+    small: VLMBackend | Sequence[VLMBackend],
+    large: VLMBackend | Sequence[VLMBackend],
     *,
     model_name: str = "mai",
     api_keys: Sequence[str] | None = None,
@@ -579,8 +582,8 @@ def create_app(
     """The endpoint as an ASGI app (Starlette): serve it with uvicorn or any ASGI server.
 
     Args:
-        small: The small model's backend (shared by every request).
-        large: The large model's backend.
+        small: The small model's backend (shared by every request), or several drafters.
+        large: The large model's backend, or a chain of larger backends, smallest first.
         model_name: The model id clients send and ``/v1/models`` lists.
         api_keys: Accepted bearer keys; ``None`` or empty: no authentication (loopback only).
         image_policy: Which images requests may carry (default
@@ -606,8 +609,7 @@ def create_app(
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    check_backend(small, "small")
-    check_backend(large, "large")
+    Lineup.of_models(small, large)  # every member a backend, before anything starts
     if not isinstance(model_name, str) or not model_name.strip():
         raise ConfigError(
             f"model_name must be a non-empty string, got {model_name!r}",

@@ -80,8 +80,10 @@ async def test_recording_backend_records_every_call_and_hides_nothing():
         FunctionBackend(lambda r: {"short": "C", "cot": "I think B", "s2": "B"}[r.purpose])
     )
     large = RecordingBackend(ScriptedBackend("A"))
-    out = await create_mai_graph(small, large).compile().ainvoke(
-        {"question": "Which?", "options": ["x", "y", "z"]}, context={}
+    out = (
+        await create_mai_graph(small, large)
+        .compile()
+        .ainvoke({"question": "Which?", "options": ["x", "y", "z"]}, context={})
     )
     assert out["route"] == "transfer"
     assert [r.purpose for r in small.requests] == ["short", "cot", "s2"]

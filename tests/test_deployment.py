@@ -32,6 +32,7 @@ class Stub:
     def __init__(self):
         self.seen: list[tuple[dict, dict]] = []
         self.fail: list[int] = []
+        self.answers: dict[str, str] = {}  # served model name -> its every answer
 
     def app(self):
         from starlette.applications import Starlette
@@ -48,7 +49,7 @@ class Stub:
                     status_code=status,
                 )
             choices = ((body.get("structured_outputs") or {}).get("choice")) or ["yes"]
-            text = choices[-1]
+            text = self.answers.get(body["model"], choices[-1])
 
             async def events():
                 for piece in (text, ""):
@@ -177,6 +178,39 @@ def test_cli_mixes_per_model_flags_and_reads_keys_from_env(stub, monkeypatch, ca
         == EXIT_USAGE
     )
     assert "the small model's backend vllm needs a model (--small)" in capsys.readouterr().err
+
+
+def test_cli_runs_drafters_and_a_chain_of_remote_models(stub, capsys):
+    stub.answers = {"s1": "no", "s2": "no", "l1": "yes", "l2": "yes"}
+    argv = ["run", "Is it red?", "--backend", "openai", "--small-url", stub.url, "--large-url",
+            stub.url, "--small", "s1", "--drafter", "s2", "--large", "l1", "--larger", "l2",
+            "--json", "--request-retries", "0", "--set", "sparsify=relevance"]  # fmt: skip
+    assert main(argv) == EXIT_OK
+    out = json.loads(capsys.readouterr().out)
+    served = [body["model"] for _, body in stub.seen]
+    assert set(served) == {"s1", "s2", "l1", "l2"}  # both drafters, both stages
+    assert {m["model"] for m in out["metrics"]} == {"s1", "s2", "l1", "l2"}
+    assert out["canonical"] == "yes"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--drafter", "x"], "--drafter needs real models"),
+        (["--backend", "openai", "--small", "a", "--large", "b", "--larger", "b"],
+         "two models of this lineup share a name"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_fake_drafters_and_repeated_models(argv, message, capsys):
+    assert main(["run", "q", *argv]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_profile_offers_no_lineup_flags():
+    from mai_graph.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["profile", "--larger", "x"])
 
 
 # -- retries and errors ------------------------------------------------------------------------

@@ -216,3 +216,27 @@ def test_bad_arguments(dataset, tmp_path):
         run_eval(dataset.samples, small, large, out_dir=tmp_path, keep_ratios=[0.5])
     with pytest.raises(ConfigError, match="concurrency"):
         run_eval(dataset.samples, small, large, out_dir=tmp_path, concurrency=0)
+
+
+def test_drafters_and_chains_are_evaluated_live_and_refused_for_replay(dataset, tmp_path):
+    (s1, l1), (s2, l2) = (simulated_pair(dataset.samples, SimConfig(seed=k)) for k in (3, 4))
+    s2.name, l2.name = "sim-small-2", "sim-large-2"
+    samples = dataset.samples[:12]
+    summary = run_eval(samples, [s1, s2], [l1, l2], out_dir=tmp_path / "shape",
+                       policies=["mai", "large"], progress=False)  # fmt: skip
+    assert summary.done == 24
+    records = read_records(tmp_path / "shape")
+    assert records.sessions[0].models == {
+        "small": f"{s1.name}, sim-small-2",
+        "large": f"{l1.name}, sim-large-2",
+    }
+    calls = [c for (policy, _), run in records.runs.items() if policy == "mai" for c in run.calls]
+    assert {c.drafter for c in calls if c.node == "verify" and c.role == "small"} == {0, 1}
+    assert {c.stage for c in calls} == {1, 2}  # the chain's second stage ran on some samples
+    assert {c.node for c in calls if c.stage == 2} >= {"escalate", "answer"}
+    report = build_report(records)
+    assert report["policies"]["mai"]["n"] == len(samples)
+    with pytest.raises(ConfigError, match="branches replay two-model runs"):
+        run_eval(samples, [s1, s2], l1, out_dir=tmp_path / "b", branches=True, progress=False)
+    with pytest.raises(ConfigError, match="non-empty chain"):
+        run_eval(samples, s1, [], out_dir=tmp_path / "c", progress=False)

@@ -149,6 +149,17 @@ def test_plain_string_content_and_early_exit():
     assert small.calls("short")[0].image is None
 
 
+def test_drafters_and_a_chain_serve_like_a_pair():
+    drafters = [ScriptedBackend({"short": "no"}, name=f"d{i}") for i in range(2)]
+    chain = [ScriptedBackend({"short": "no"}, name="m1"), ScriptedBackend("yes", name="m2")]
+    with running(create_app(drafters, chain)) as url, client(url) as c:
+        out = c.chat.completions.create(
+            model="mai", messages=[{"role": "user", "content": "Is the sky green?"}]
+        )
+    assert out.model_extra["mai"]["route"] == "agree"  # the drafters agree with m1: stage 1
+    assert all(d.calls("short") for d in drafters) and not chain[1].calls("short")
+
+
 def test_temperature_seed_and_max_tokens_set_the_run():
     small = ScriptedBackend({"short": "yes"}, name="small")
     large = ScriptedBackend({"short": "yes"}, name="large")

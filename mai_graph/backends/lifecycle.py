@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from mai_graph.backends.base import ManagedBackend
@@ -9,14 +10,29 @@ from mai_graph.backends.base import ManagedBackend
 __all__ = ["shutdown_backends", "start_backends"]
 
 
+def _managed(backends: Sequence[object]) -> list[ManagedBackend]:
+    """The backends with engines, each once; lists (drafters, a chain) are walked into."""
+    found: dict[int, ManagedBackend] = {}
+
+    def walk(items: Sequence[object]) -> None:
+        for backend in items:
+            if isinstance(backend, list | tuple):
+                walk(backend)
+            elif isinstance(backend, ManagedBackend):
+                found.setdefault(id(backend), backend)
+
+    walk(backends)
+    return list(found.values())
+
+
 async def start_backends(*backends: object) -> None:
     """Start (and warm up) engines one after the other; backends without engines are skipped.
 
     One after the other, because two engines starting at once compete for memory and cores.
+    An argument may be a list of backends (drafters, a chain).
     """
-    for backend in backends:
-        if isinstance(backend, ManagedBackend):
-            await backend.start()
+    for backend in _managed(backends):
+        await backend.start()
 
 
 def shutdown_backends(*backends: object) -> None:
@@ -25,7 +41,7 @@ def shutdown_backends(*backends: object) -> None:
     At once, because each engine's processes take seconds to exit and wait for nothing shared.
     The first error is raised after every engine was asked to stop.
     """
-    managed = [b for b in backends if isinstance(b, ManagedBackend)]
+    managed = _managed(backends)
     if len(managed) <= 1:
         for backend in managed:
             backend.shutdown()

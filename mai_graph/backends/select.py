@@ -279,6 +279,7 @@ def add_backend_flags(
     default: str = "fake",
     kinds: Sequence[str] = BACKENDS,
     kinds_help: str = "",
+    shapes: bool = True,
 ) -> None:
     """The model flags every command shares: one kind for both models, or one per model.
 
@@ -287,6 +288,7 @@ def add_backend_flags(
         default: The default ``--backend``.
         kinds: The accepted ``--backend`` values (the registry's, plus a command's own).
         kinds_help: What a command's own kinds mean, appended to the help.
+        shapes: Also offer ``--drafter`` and ``--larger`` (several drafters, model chains).
     """
     parser.add_argument(
         "--backend",
@@ -311,6 +313,21 @@ def add_backend_flags(
             f"MAI_GRAPH_{role.upper()}_API_KEY (default with --backend openai: "
             f"http://127.0.0.1:{port}/v1)",
         )
+    if shapes:
+        parser.add_argument(
+            "--drafter",
+            action="append",
+            metavar="MODEL",
+            help="another small drafter model beside --small (same kind and server); repeat "
+            "for more. Every drafter answers short; see the draft_quorum setting",
+        )
+        parser.add_argument(
+            "--larger",
+            action="append",
+            metavar="MODEL",
+            help="a model larger than --large, the next stage of a chain (same kind and "
+            "server as --large); repeat for more, smallest first",
+        )
     parser.add_argument(
         "--request-timeout",
         type=float,
@@ -327,14 +344,56 @@ def add_backend_flags(
 
 
 def backends_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The (small, large) backends the flags of :func:`add_backend_flags` name."""
-    return backends_for(
-        args.backend,
-        args.small,
-        args.large,
+    """The (small, large) backends the flags of :func:`add_backend_flags` name.
+
+    With ``--drafter`` the small side is a list of drafters (``--small`` first); with
+    ``--larger`` the large side is a chain (``--large`` first): what
+    :func:`~mai_graph.graph.create_mai_graph` and :func:`~mai_graph.api.arun` take.
+    """
+    settings: dict[str, Any] = dict(
         urls=(args.small_url, args.large_url),
         kinds=(args.small_backend, args.large_backend),
         api_keys=api_keys_from_env(),
         timeout_s=args.request_timeout,
         retries=args.request_retries,
     )
+    small, large = backends_for(args.backend, args.small, args.large, **settings)
+    extra = {"small": getattr(args, "drafter", None), "large": getattr(args, "larger", None)}
+    if not any(extra.values()):
+        return small, large
+    sides: dict[str, list[Any]] = {"small": [small], "large": [large]}
+    for i, role in enumerate(ROLES):
+        models = extra[role] or []
+        flag = "--drafter" if role == "small" else "--larger"
+        kind = args.small_backend if role == "small" else args.large_backend
+        chosen = kind or ("openai" if settings["urls"][i] else args.backend)
+        if models and chosen == "fake":
+            raise ConfigError(
+                f"{flag} needs real models; the fake backend is one canned pair",
+                parameter=flag,
+                value=models,
+                fix="use --backend vllm, transformers or openai (or drop " + flag + ")",
+            )
+        for model in models:
+            sides[role].append(
+                backend_for(
+                    chosen,
+                    model,
+                    role=role,
+                    url=settings["urls"][i],
+                    api_key=settings["api_keys"][i],
+                    timeout_s=args.request_timeout,
+                    retries=args.request_retries,
+                )
+            )
+    names = [b.name for side in sides.values() for b in side]
+    if len(set(names)) != len(names):
+        raise ConfigError(
+            f"two models of this lineup share a name: {names}",
+            parameter="--drafter/--larger",
+            value=names,
+            fix="give each drafter and chain stage its own model",
+        )
+    small_side = sides["small"] if len(sides["small"]) > 1 else small
+    large_side = sides["large"] if len(sides["large"]) > 1 else large
+    return small_side, large_side

@@ -96,6 +96,10 @@ class CallRecord(_Line):
     """``answer`` calls: the sparsified reasoning the large model read."""
     sparsify: dict[str, Any] | None = None
     """``answer`` calls: what sparsification kept and how long scoring took."""
+    stage: int | None = None
+    """Graphs over a chain of models: the stage of the call (1 pairs the two smallest)."""
+    drafter: int | None = None
+    """Runs with several drafts: which draft made the call."""
 
 
 class SampleRecord(_Line):

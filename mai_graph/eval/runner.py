@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-from mai_graph.backends.base import VLMBackend, check_backend
+from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
 from mai_graph.errors import ConfigError
 from mai_graph.eval.datasets import Sample
@@ -39,6 +39,7 @@ from mai_graph.eval.records import (
 )
 from mai_graph.eval.replay import outcome, ratio_key
 from mai_graph.eval.scorers import score
+from mai_graph.lineup import Lineup
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState
 
@@ -119,8 +120,7 @@ class _Evaluation:
 
     def __init__(
         self,
-        small: VLMBackend,
-        large: VLMBackend,
+        lineup: Lineup,
         base: MAIContext,
         branches: bool,
         ratios: list[float],
@@ -132,7 +132,7 @@ class _Evaluation:
         self.branches = branches
         self.ratios = ratios
         self.writer = writer
-        builder = create_mai_graph(small, large)
+        builder = create_mai_graph(list(lineup.drafters), *lineup.chain)
         self.graph: Any = builder.compile(name="mai-eval")
         # Every state key (not only the output schema's): texts of each call, probabilities.
         self.keys = [k for k in get_type_hints(MAIState) if k in self.graph.channels]
@@ -243,6 +243,8 @@ class _Evaluation:
                     sparsify=dict(out["sparsification"])
                     if is_answer and out.get("sparsification")
                     else None,
+                    stage=m.get("stage"),
+                    drafter=m.get("drafter"),
                 )
             )
         return calls
@@ -252,8 +254,7 @@ def _session(
     base: MAIContext,
     branches: bool,
     ratios: list[float],
-    small: VLMBackend,
-    large: VLMBackend,
+    lineup: Lineup,
     policies: list[str],
     data: str | None,
     concurrency: int,
@@ -264,7 +265,10 @@ def _session(
         context=base.model_dump(),
         branches=branches,
         keep_ratios=ratios,
-        models={"small": small.name, "large": large.name},
+        models={
+            "small": ", ".join(b.name for b in lineup.drafters),
+            "large": ", ".join(b.name for b in lineup.chain),
+        },
         data=data,
         policies=policies,
         concurrency=concurrency,
@@ -286,8 +290,8 @@ def _check_resume(previous: SessionRecord, now: SessionRecord, out_dir: Path) ->
 
 async def arun_eval(
     samples: Sequence[Sample],
-    small: VLMBackend,
-    large: VLMBackend,
+    small: VLMBackend | Sequence[VLMBackend],
+    large: VLMBackend | Sequence[VLMBackend],
     *,
     out_dir: str | Path,
     policies: Sequence[str] = ("mai",),
@@ -303,8 +307,9 @@ async def arun_eval(
 
     Args:
         samples: The dataset's samples (ids unique).
-        small: The small model's backend.
-        large: The large model's backend.
+        small: The small model's backend, or several drafter backends.
+        large: The large model's backend, or a chain of larger backends, smallest first
+            (see :func:`~mai_graph.graph.create_mai_graph`).
         out_dir: Folder of ``records.jsonl`` (created); finished runs there are skipped.
         policies: Any of ``mai``, ``small``, ``large``, ``small_cot``, ``large_cot``.
         context: Base settings (:class:`MAIContext` or a dict of its fields); each run sets
@@ -322,8 +327,7 @@ async def arun_eval(
     Raises:
         ConfigError: Bad arguments, or records in ``out_dir`` made with other settings.
     """
-    check_backend(small, "small")
-    check_backend(large, "large")
+    lineup = Lineup.of_models(small, large)
     chosen = _check_policies(policies)
     base = MAIContext.coerce(context)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -346,6 +350,14 @@ async def arun_eval(
             value=base.drafts,
             fix="measure drafter runs live (drop --branches), or record with drafts=1",
         )
+    if branches and not lineup.classic:
+        raise ConfigError(
+            f"branches replay two-model runs; these models are {len(lineup.drafters)} "
+            f"drafter(s) and a chain of {len(lineup.chain)}",
+            parameter="branches",
+            fix="measure drafters and chains live (drop --branches), or record one small and "
+            "one large model",
+        )
     ratios = _check_ratios(keep_ratios, base.keep_ratio)
     ids = [s.id for s in samples]
     if len(set(ids)) != len(ids):
@@ -353,7 +365,7 @@ async def arun_eval(
     folder = Path(out_dir).expanduser()
     started = time.perf_counter()
     existing = await asyncio.to_thread(read_records, folder)
-    session = _session(base, branches, ratios, small, large, chosen, data, concurrency)
+    session = _session(base, branches, ratios, lineup, chosen, data, concurrency)
     if existing.sessions:
         _check_resume(existing.sessions[0], session, folder)
     by_id = {s.id: s for s in samples}
@@ -376,7 +388,7 @@ async def arun_eval(
     writer = await asyncio.to_thread(RecordWriter, folder)
     try:
         await asyncio.to_thread(writer.write, [session])
-        evaluation = _Evaluation(small, large, base, branches, ratios, writer)
+        evaluation = _Evaluation(lineup, base, branches, ratios, writer)
         for policy in chosen:
             batch = [s for p, s in todo if p == policy]
             if batch:
@@ -441,7 +453,10 @@ async def _run_policy(
 
 
 def run_eval(
-    samples: Sequence[Sample], small: VLMBackend, large: VLMBackend, **kwargs: Any
+    samples: Sequence[Sample],
+    small: VLMBackend | Sequence[VLMBackend],
+    large: VLMBackend | Sequence[VLMBackend],
+    **kwargs: Any,
 ) -> RunSummary:
     """Sync :func:`arun_eval` (on mai-graph's background loop, where engines live)."""
     return run_sync(arun_eval(samples, small, large, **kwargs))
