@@ -113,6 +113,13 @@ async def test_lifecycle_helpers_touch_only_managed_backends():
     assert (lazy.started, lazy.stopped) == (1, 1)
 
 
+async def test_lifecycle_helpers_walk_drafter_and_chain_lists_once_each():
+    d1, d2, m1, m2 = (LazyEngine(str(i)) for i in range(4))
+    await start_backends([d1, d2], [m1, m2, m1], Plain())
+    shutdown_backends([d1, d2], (m1, m2))
+    assert [(b.started, b.stopped) for b in (d1, d2, m1, m2)] == [(1, 1)] * 4
+
+
 def test_a_plain_backend_runs_every_route():
     small = FunctionBackend(lambda r: {"short": "C", "cot": "I think B", "s2": "B"}[r.purpose])
     g = create_mai_graph(small, Plain()).compile()
