@@ -4,7 +4,8 @@ Any OpenAI client (the ``openai`` package, LangChain's ``ChatOpenAI``, curl) sen
 question, with the image as an ``image_url`` content part, to ``POST /v1/chat/completions``;
 MAI answers it with the small and large model. What differs from a plain model:
 
-- The last user message is the question (its text parts joined, its image part the image);
+- The last user message is the question (its text parts joined, its image parts the images,
+  in order);
   earlier turns and system messages are not read (MAI has its own prompts).
 - ``usage`` counts every model call of the run (prompt, cached and generated tokens); the
   ``mai`` field of the response (streamed: of the last chunk with ``finish_reason``) holds the
@@ -15,7 +16,8 @@ MAI answers it with the small and large model. What differs from a plain model:
   ``temperature`` and ``seed`` set the context's; ``max_tokens`` (or
   ``max_completion_tokens``) bounds the answer (``short_max_tokens``).
 - Refused with 400: ``n`` > 1, ``stop``, ``tools``, ``logprobs``, ``response_format`` other
-  than text, several images. Other OpenAI fields are accepted and ignored.
+  than text, more images than the image policy's ``max_images``. Other OpenAI fields are
+  accepted and ignored.
 
 Images come from others, so they pass :class:`~mai_graph.sources.ImagePolicy` (default
 :meth:`~mai_graph.sources.ImagePolicy.from_env`: data URLs and base64; files only under
@@ -49,6 +51,7 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.lineup import Lineup
+from mai_graph.media import check_image_count
 from mai_graph.result import totals
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import InputState
@@ -216,7 +219,7 @@ def as_endpoint_error(exc: BaseException) -> EndpointError:
 @dataclass(frozen=True, slots=True)
 class _Run:
     question: str
-    image: Any
+    images: list[Any]
     options: Any
     context: MAIContext
 
@@ -225,8 +228,8 @@ def _image_url(part: ImagePart) -> str:
     return part.image_url if isinstance(part.image_url, str) else part.image_url.url
 
 
-def _question(body: ChatCompletionRequest) -> tuple[str, str | None]:
-    """The last user message's text and its image source (if any)."""
+def _question(body: ChatCompletionRequest) -> tuple[str, list[str]]:
+    """The last user message's text and its image sources, in order."""
     user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     if user is None or user.content is None:
         raise EndpointError(
@@ -235,7 +238,7 @@ def _question(body: ChatCompletionRequest) -> tuple[str, str | None]:
             fix="end the messages with a user message holding the question (and image)",
         )
     if isinstance(user.content, str):
-        return user.content.strip(), None
+        return user.content.strip(), []
     parts: list[TextPart | ImagePart] = []
     for i, raw in enumerate(user.content):
         try:
@@ -245,19 +248,12 @@ def _question(body: ChatCompletionRequest) -> tuple[str, str | None]:
                 f"content part {i} of the last user message is not text or image_url: "
                 f"type {raw.get('type')!r}",
                 parameter=f"messages.{len(body.messages) - 1}.content.{i}",
-                fix="send the question as text parts and the image as one image_url part",
+                fix="send the question as text parts and each image as an image_url part",
                 code="unsupported_value",
             ) from None
     texts = [p.text.strip() for p in parts if isinstance(p, TextPart) and p.text.strip()]
     images = [_image_url(p) for p in parts if isinstance(p, ImagePart)]
-    if len(images) > 1:
-        raise EndpointError(
-            f"one image per question, got {len(images)}",
-            parameter="messages",
-            fix="send the question with a single image_url part",
-            code="unsupported_value",
-        )
-    return " ".join(texts), (images[0] if images else None)
+    return " ".join(texts), images
 
 
 def _check_supported(body: ChatCompletionRequest) -> None:
@@ -474,21 +470,23 @@ class _Endpoint:
             options = normalize_options(options)
         except ConfigError as exc:
             raise EndpointError(str(exc), parameter="mai.options", code="invalid_value") from None
-        question, source = _question(body)
+        question, sources = _question(body)
         if not question:
             raise EndpointError(
                 "the user message has no question text",
                 parameter="messages",
                 fix="add a text part with the question",
             )
-        image = None
-        if source is not None:  # blocking: decoding, hashing, the image store
-            image = await asyncio.to_thread(resolve_image, source, self.policy)
-        return _Run(question, image, options, ctx)
+        check_image_count(len(sources), self.policy)  # before any is decoded
+        # Blocking: decoding, hashing, the image store.
+        images = [await asyncio.to_thread(resolve_image, s, self.policy) for s in sources]
+        return _Run(question, images, options, ctx)
 
     def inputs(self, run: _Run) -> InputState:
         # Every input key is written, None included: nothing is inherited from elsewhere.
-        return InputState(question=run.question, image=run.image, options=run.options)
+        first = run.images[0] if run.images else None
+        rest = run.images[1:] or None
+        return InputState(question=run.question, image=first, images=rest, options=run.options)
 
     def completion(self, out: Mapping[str, Any], wall_s: float, rid: str) -> dict[str, Any]:
         return {

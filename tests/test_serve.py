@@ -294,18 +294,36 @@ def test_settings_clients_may_not_change_are_refused():
     assert small.calls("cot")[0].max_tokens == 64  # the server's default held
 
 
-def test_other_content_parts_and_several_images_are_refused(served):
-    url, *_ = served
-    two = question()
-    two[0]["content"].append({"type": "image_url", "image_url": {"url": data_url((0, 0, 200))}})
+def test_several_images_reach_both_models_in_order(served):
+    url, small, large = served
+    three = question()
+    for colour in ((0, 0, 200), (0, 200, 0)):
+        three[0]["content"].append({"type": "image_url", "image_url": {"url": data_url(colour)}})
+    with client(url) as c:
+        out = c.chat.completions.create(model="mai", messages=three)
+    assert out.model_extra["mai"]["route"] == "transfer"
+    for backend in (small, large):
+        request = backend.calls("short")[0]
+        assert len(request.images) == 3
+        assert [ref["sha256"] for ref in request.images] == [
+            ref["sha256"] for ref in large.calls("answer")[0].images
+        ]
+
+
+def test_other_content_parts_and_too_many_images_are_refused(served):
+    url, small, _ = served
+    many = question()
+    many[0]["content"] += [{"type": "image_url", "image_url": {"url": "not base64 !"}}] * 40
     audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]
     with client(url) as c:
-        with pytest.raises(openai.BadRequestError, match="one image per question"):
-            c.chat.completions.create(model="mai", messages=two)
+        with pytest.raises(openai.BadRequestError, match="41 images, over the limit") as err:
+            c.chat.completions.create(model="mai", messages=many)
+        assert err.value.body["code"] == "invalid_image"
         with pytest.raises(openai.BadRequestError, match="not text or image_url"):
             c.chat.completions.create(model="mai", messages=audio)
         with pytest.raises(openai.BadRequestError, match="no user message"):
             c.chat.completions.create(model="mai", messages=[{"role": "system", "content": "x"}])
+    assert not small.calls("short")  # nothing reached a model
 
 
 # -- failures, concurrency, disconnects --------------------------------------------------------

@@ -60,3 +60,17 @@ def test_endpoint_answers_streams_and_batches_on_real_engines(engines, scene):
 
         outs = asyncio.run(burst())
         assert [o.model_extra["mai"]["route"] for o in outs] == ["transfer"] * 4
+
+        # Two images in one message: both reach the engines, in every call.
+        from mai_graph.testing import draw_scene
+
+        other = draw_scene(scene.parent / "other.png", 7)
+        second = "data:image/png;base64," + base64.b64encode(other.read_bytes()).decode()
+        two = [{"role": "user", "content": [
+            *messages[0]["content"], {"type": "image_url", "image_url": {"url": second}}
+        ]}]  # fmt: skip
+        with openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0) as client:
+            out2 = client.chat.completions.create(model="mai", messages=two, extra_body=extra)
+        pairs = zip(mai["metrics"], out2.model_extra["mai"]["metrics"], strict=True)
+        for one_image, two_images in pairs:
+            assert two_images["prompt_tokens"] > one_image["prompt_tokens"] + 50, two_images
