@@ -75,7 +75,7 @@ def route_after_answer(state: MAIState) -> Literal["done", "escalate"]:
 
 def create_mai_graph(
     small: VLMBackend | Sequence[VLMBackend],
-    large: VLMBackend,
+    large: VLMBackend | Sequence[VLMBackend],
     *larger: VLMBackend,
     retry_policy: RetryPolicy | None = DEFAULT_RETRY,
     timeouts: float | Mapping[str, float] | None = None,
@@ -104,7 +104,8 @@ def create_mai_graph(
 
     Args:
         small: The small model's backend, or a sequence of drafter backends.
-        large: The large model's backend (the next stage's, in a chain).
+        large: The large model's backend (the next stage's, in a chain), or the whole chain
+            as a list, smallest first.
         *larger: Further models of a chain, in increasing size.
         retry_policy: Retry policy of the model-calling nodes (default: transient backend
             errors, 3 attempts); ``None`` for no retries.

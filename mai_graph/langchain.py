@@ -171,9 +171,16 @@ def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "
     )
 
 
+def _names(models: Any) -> str:
+    """A backend's name, or the names of a list of them (drafters, a chain) joined by commas."""
+    if isinstance(models, list | tuple):
+        return ",".join(m.name for m in models)
+    return str(models.name)
+
+
 def create_mai_chat_graph(
-    small: VLMBackend,
-    large: VLMBackend,
+    small: VLMBackend | Sequence[VLMBackend],
+    large: VLMBackend | Sequence[VLMBackend],
     *,
     name: str = "mai",
     image_policy: ImagePolicy | None = None,
@@ -255,9 +262,9 @@ class MAIChatModel(BaseChatModel):
     """
 
     small: Any
-    """The small model's backend."""
+    """The small model's backend, or several drafter backends."""
     large: Any
-    """The large model's backend."""
+    """The large model's backend, or a chain of larger backends, smallest first."""
     context: dict[str, Any] | None = None
     """MAIContext fields for every call (per call: ``invoke(..., context={...})``)."""
     options: dict[str, str] | list[str] | None = None
@@ -279,7 +286,7 @@ class MAIChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"small": self.small.name, "large": self.large.name, "context": self.context}
+        return {"small": _names(self.small), "large": _names(self.large), "context": self.context}
 
     def bind_tools(self, *args: Any, **kwargs: Any) -> Any:
         """Not supported: MAI answers questions, it does not call tools."""
@@ -292,7 +299,7 @@ class MAIChatModel(BaseChatModel):
         """Tracing metadata, as LangChain chat models report it."""
         params = super()._get_ls_params(stop=stop, **kwargs)
         params["ls_provider"] = "mai-graph"
-        params["ls_model_name"] = f"{self.small.name}+{self.large.name}"
+        params["ls_model_name"] = f"{_names(self.small)}+{_names(self.large)}"
         return params
 
     def with_structured_output(  # type: ignore[override]

@@ -60,13 +60,29 @@ class Lineup:
 
     @classmethod
     def of(
-        cls, small: VLMBackend | Sequence[VLMBackend], large: VLMBackend, *larger: VLMBackend
+        cls,
+        small: VLMBackend | Sequence[VLMBackend],
+        large: VLMBackend | Sequence[VLMBackend],
+        *larger: VLMBackend,
     ) -> Lineup:
         """The lineup of ``create_mai_graph(small, large, *larger)``.
 
+        ``large`` may itself be the chain (a list, smallest first), as ``run(large=[...])``
+        takes it; ``larger`` then adds to its end.
+
         Raises:
-            ConfigError: A member is not a backend, or ``small`` is an empty sequence.
+            ConfigError: A member is not a backend, or ``small`` or ``large`` is an empty
+                sequence.
         """
+        if isinstance(large, Sequence) and not isinstance(large, str | bytes):
+            if not large:
+                raise ConfigError(
+                    "large must be a backend or a non-empty chain of backends",
+                    parameter="large",
+                    value=large,
+                    fix="pass one large backend, or a list of them, smallest first",
+                )
+            return cls.of(small, large[0], *large[1:], *larger)
         if isinstance(small, Sequence) and not isinstance(small, str | bytes):
             if not small:
                 raise ConfigError(
@@ -84,28 +100,6 @@ class Lineup:
             check_backend(b, f"larger[{i}]") for i, b in enumerate(larger)
         )
         return cls(drafters, chain)
-
-    @classmethod
-    def of_models(
-        cls,
-        small: VLMBackend | Sequence[VLMBackend],
-        large: VLMBackend | Sequence[VLMBackend],
-    ) -> Lineup:
-        """The lineup of ``run(..., small=small, large=large)``: ``large`` may be a chain.
-
-        Raises:
-            ConfigError: As :meth:`of`, or ``large`` is an empty sequence.
-        """
-        if isinstance(large, Sequence) and not isinstance(large, str | bytes):
-            if not large:
-                raise ConfigError(
-                    "large must be a backend or a non-empty chain of backends",
-                    parameter="large",
-                    value=large,
-                    fix="pass one large backend, or a list of them, smallest first",
-                )
-            return cls.of(small, *large)
-        return cls.of(small, large)
 
     @property
     def stages(self) -> int:

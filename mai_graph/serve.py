@@ -424,9 +424,7 @@ class _Endpoint:
         self.allowed = None if allowed_settings is None else frozenset(allowed_settings)
         # The endpoint applies the image policy itself (so a refusal is a 400 before any
         # stream starts) and hands the graph a checked reference: the graph trusts it.
-        lineup = Lineup.of_models(small, large)
-        builder = create_mai_graph(list(lineup.drafters), *lineup.chain, **graph_kwargs)
-        self.graph = builder.compile(name=model_name)
+        self.graph = create_mai_graph(small, large, **graph_kwargs).compile(name=model_name)
         self.max_concurrency = max_concurrency
         self._slots: asyncio.Semaphore | None = None
         self.created = int(time.time())
@@ -607,7 +605,7 @@ def create_app(
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    Lineup.of_models(small, large)  # every member a backend, before anything starts
+    Lineup.of(small, large)  # every member a backend, before anything starts
     if not isinstance(model_name, str) or not model_name.strip():
         raise ConfigError(
             f"model_name must be a non-empty string, got {model_name!r}",

@@ -10,7 +10,14 @@ import json
 
 import pytest
 
-from mai_graph import BackendError, ConfigError, MAIContext, ScriptedBackend, run
+from mai_graph import (
+    BackendError,
+    ConfigError,
+    MAIContext,
+    ScriptedBackend,
+    create_mai_graph,
+    run,
+)
 from mai_graph.backends.select import (
     api_keys_from_env,
     backend_for,
@@ -204,6 +211,21 @@ def test_cli_runs_drafters_and_a_chain_of_remote_models(stub, capsys):
 def test_cli_refuses_fake_drafters_and_repeated_models(argv, message, capsys):
     assert main(["run", "q", *argv]) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_env_names_drafters_and_a_chain_for_studio():
+    env = {"MAI_GRAPH_BACKEND": "openai", "MAI_GRAPH_SMALL": "s1", "MAI_GRAPH_LARGE": "l1",
+           "MAI_GRAPH_DRAFTERS": "s2, s3", "MAI_GRAPH_LARGER": "l2",
+           "MAI_GRAPH_LARGE_URL": "http://10.0.0.5:8001/v1"}  # fmt: skip
+    small, large = backends_from_env(env)
+    assert [b.name for b in small] == ["s1", "s2", "s3"]
+    assert [b.name for b in large] == ["l1", "l2"]
+    assert all("10.0.0.5" in str(b.client.base_url) for b in large)
+    assert all("127.0.0.1:8000" in str(b.client.base_url) for b in small)
+    graph = create_mai_graph(small, large).compile()
+    assert "escalate" in graph.nodes
+    with pytest.raises(ConfigError, match="MAI_GRAPH_LARGER needs real models"):
+        backends_from_env({"MAI_GRAPH_LARGER": "l2"})
 
 
 def test_profile_offers_no_lineup_flags():

@@ -153,3 +153,15 @@ def test_tools_are_still_refused_clearly():
     chat = MAIChatModel(small=ScriptedBackend("A"), large=ScriptedBackend("A"))
     with pytest.raises(NotImplementedError, match="does not call tools"):
         chat.bind_tools([])
+
+
+def test_chat_model_and_chat_graph_take_drafters_and_a_chain():
+    drafters = [ScriptedBackend({"short": "no"}, name=f"d{i}") for i in range(2)]
+    chain = [ScriptedBackend({"short": "no"}, name="m1"), ScriptedBackend("yes", name="m2")]
+    chat = MAIChatModel(small=drafters, large=chain)
+    reply = chat.invoke("Is the sky green?")
+    assert reply.response_metadata["route"] == "agree" and reply.content.lower() == "no"
+    assert chat._get_ls_params()["ls_model_name"] == "d0,d1+m1,m2"
+    graph = create_mai_chat_graph(drafters, chain).compile()
+    out = graph.invoke({"messages": [("human", "Is the sky green?")]})
+    assert out["messages"][-1].content.lower() == "no"

@@ -27,6 +27,7 @@ __all__ = [
     "backends_for",
     "backends_from_args",
     "backends_from_env",
+    "lineup_for",
 ]
 
 BACKENDS = ("fake", "vllm", "transformers", "openai")
@@ -233,6 +234,10 @@ def _number(env: Mapping[str, str], name: str, kind: type) -> Any:
         ) from None
 
 
+def _list(env: Mapping[str, str], name: str) -> list[str]:
+    return [m.strip() for m in env.get(name, "").split(",") if m.strip()]
+
+
 def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
     """Backends named by environment variables (Studio, ``langgraph dev``, examples).
 
@@ -242,6 +247,9 @@ def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
     - ``MAI_GRAPH_SMALL_URL`` / ``MAI_GRAPH_LARGE_URL``: a model's server; makes it remote.
     - ``MAI_GRAPH_SMALL_API_KEY`` / ``MAI_GRAPH_LARGE_API_KEY``: the servers' keys.
     - ``MAI_GRAPH_REQUEST_TIMEOUT`` (seconds) / ``MAI_GRAPH_REQUEST_RETRIES``: remote requests.
+    - ``MAI_GRAPH_DRAFTERS``: more drafter models beside the small one, comma-separated (same
+      kind and server); ``MAI_GRAPH_LARGER``: a chain's further models after the large one,
+      smallest first.
 
     Example:
         >>> small, large = backends_from_env({
@@ -253,10 +261,13 @@ def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
     env = os.environ if env is None else env
     kind = env.get("MAI_GRAPH_BACKEND", "fake")
     try:
-        return backends_for(
+        return lineup_for(
             kind,
             env.get("MAI_GRAPH_SMALL"),
             env.get("MAI_GRAPH_LARGE"),
+            drafters=_list(env, "MAI_GRAPH_DRAFTERS"),
+            larger=_list(env, "MAI_GRAPH_LARGER"),
+            names=("MAI_GRAPH_DRAFTERS", "MAI_GRAPH_LARGER"),
             where="MAI_GRAPH_SMALL/MAI_GRAPH_LARGE",
             urls=(env.get("MAI_GRAPH_SMALL_URL") or None, env.get("MAI_GRAPH_LARGE_URL") or None),
             kinds=(
@@ -350,50 +361,79 @@ def backends_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     ``--larger`` the large side is a chain (``--large`` first): what
     :func:`~mai_graph.graph.create_mai_graph` and :func:`~mai_graph.api.arun` take.
     """
-    settings: dict[str, Any] = dict(
+    return lineup_for(
+        args.backend,
+        args.small,
+        args.large,
+        drafters=getattr(args, "drafter", None) or (),
+        larger=getattr(args, "larger", None) or (),
         urls=(args.small_url, args.large_url),
         kinds=(args.small_backend, args.large_backend),
         api_keys=api_keys_from_env(),
         timeout_s=args.request_timeout,
         retries=args.request_retries,
     )
-    small, large = backends_for(args.backend, args.small, args.large, **settings)
-    extra = {"small": getattr(args, "drafter", None), "large": getattr(args, "larger", None)}
-    if not any(extra.values()):
-        return small, large
-    sides: dict[str, list[Any]] = {"small": [small], "large": [large]}
+
+
+def lineup_for(
+    kind: str,
+    small: str | None,
+    large: str | None,
+    *,
+    drafters: Sequence[str] = (),
+    larger: Sequence[str] = (),
+    names: tuple[str, str] = ("--drafter", "--larger"),
+    **settings: Any,
+) -> tuple[Any, Any]:
+    """:func:`backends_for`, plus more drafters beside ``small`` and a chain after ``large``.
+
+    Each added model has the kind, server, key and request settings of the model it joins.
+    Without ``drafters`` and ``larger`` this is :func:`backends_for`; with them a side is a
+    list (drafters, or the chain smallest first). ``names`` names the two settings in errors;
+    ``settings`` go to :func:`backends_for`.
+
+    Raises:
+        ConfigError: Added models with fake backends, or two models of the lineup with one
+            name.
+    """
+    small_backend, large_backend = backends_for(kind, small, large, **settings)
+    added = {"small": list(drafters), "large": list(larger)}
+    if not any(added.values()):
+        return small_backend, large_backend
+    urls = settings.get("urls", (None, None))
+    kinds = settings.get("kinds", (None, None))
+    keys = settings.get("api_keys", (None, None))
+    sides: dict[str, list[Any]] = {"small": [small_backend], "large": [large_backend]}
     for i, role in enumerate(ROLES):
-        models = extra[role] or []
-        flag = "--drafter" if role == "small" else "--larger"
-        kind = args.small_backend if role == "small" else args.large_backend
-        chosen = kind or ("openai" if settings["urls"][i] else args.backend)
-        if models and chosen == "fake":
+        chosen = kinds[i] or ("openai" if urls[i] else kind)
+        if added[role] and chosen == "fake":
             raise ConfigError(
-                f"{flag} needs real models; the fake backend is one canned pair",
-                parameter=flag,
-                value=models,
-                fix="use --backend vllm, transformers or openai (or drop " + flag + ")",
+                f"{names[i]} needs real models; the fake backend is one canned pair",
+                parameter=names[i],
+                value=added[role],
+                fix=f"choose a vllm, transformers or openai backend (or drop {names[i]})",
             )
-        for model in models:
+        for model in added[role]:
             sides[role].append(
                 backend_for(
                     chosen,
                     model,
                     role=role,
-                    url=settings["urls"][i],
-                    api_key=settings["api_keys"][i],
-                    timeout_s=args.request_timeout,
-                    retries=args.request_retries,
+                    url=urls[i],
+                    api_key=keys[i],
+                    timeout_s=settings.get("timeout_s"),
+                    retries=settings.get("retries"),
                 )
             )
-    names = [b.name for side in sides.values() for b in side]
-    if len(set(names)) != len(names):
+    models = [b.name for side in sides.values() for b in side]
+    if len(set(models)) != len(models):
         raise ConfigError(
-            f"two models of this lineup share a name: {names}",
-            parameter="--drafter/--larger",
-            value=names,
+            f"two models of this lineup share a name: {models}",
+            parameter="/".join(names),
+            value=models,
             fix="give each drafter and chain stage its own model",
         )
-    small_side = sides["small"] if len(sides["small"]) > 1 else small
-    large_side = sides["large"] if len(sides["large"]) > 1 else large
-    return small_side, large_side
+    return (
+        sides["small"] if len(sides["small"]) > 1 else small_backend,
+        sides["large"] if len(sides["large"]) > 1 else large_backend,
+    )

@@ -327,7 +327,7 @@ async def arun_eval(
     Raises:
         ConfigError: Bad arguments, or records in ``out_dir`` made with other settings.
     """
-    lineup = Lineup.of_models(small, large)
+    lineup = Lineup.of(small, large)
     chosen = _check_policies(policies)
     base = MAIContext.coerce(context)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
