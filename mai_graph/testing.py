@@ -31,6 +31,8 @@ __all__ = [
     "default_tiny_dir",
     "draw_scene",
     "tiny_backends",
+    "tiny_config",
+    "tiny_generation_config",
     "tiny_pair_paths",
 ]
 
@@ -151,7 +153,8 @@ def build_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length:
     return fast
 
 
-def _config(spec: TinySpec, tokenizer: Any) -> Any:
+def tiny_config(spec: TinySpec, tokenizer: Any) -> Any:
+    """The ``Qwen3VLConfig`` of a tiny model of ``spec`` over ``tokenizer`` (its special ids)."""
     from transformers import Qwen3VLConfig
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in _SPECIAL}
@@ -223,7 +226,8 @@ def _processor(tokenizer: Any) -> Any:
     )
 
 
-def _generation_config(tokenizer: Any) -> Any:
+def tiny_generation_config(tokenizer: Any) -> Any:
+    """Greedy decoding that stops at ``<|im_end|>`` (the chat turn's end)."""
     from transformers import GenerationConfig
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -276,10 +280,10 @@ def build_tiny_pair(
     processor = _processor(tokenizer)
     for i, (name, target) in enumerate((("small", small_dir), ("large", large_dir))):
         torch.manual_seed(seed * 1000 + i)
-        config = _config(TINY_SPECS[name], tokenizer)
+        config = tiny_config(TINY_SPECS[name], tokenizer)
         model: Any = Qwen3VLForConditionalGeneration(config)
         model = model.to(dtype=torch.bfloat16).eval()
-        model.generation_config = _generation_config(tokenizer)
+        model.generation_config = tiny_generation_config(tokenizer)
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)

@@ -166,13 +166,13 @@ def new_model(spec: PairSpec, tokenizer: Any, seed: int) -> Any:
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
-    from mai_graph.testing import _config, _generation_config
+    from mai_graph.testing import tiny_config, tiny_generation_config
 
     torch.manual_seed(seed)
-    config = _config(spec.tiny, tokenizer)
+    config = tiny_config(spec.tiny, tokenizer)
     config.text_config.rope_parameters["rope_theta"] = spec.rope_theta
     model = Qwen3VLForConditionalGeneration(config)
-    model.generation_config = _generation_config(tokenizer)
+    model.generation_config = tiny_generation_config(tokenizer)
     for name, param in model.named_parameters():
         frozen = ".visual." in f".{name}" and "merger" not in name
         param.requires_grad_(not frozen)
