@@ -11,6 +11,7 @@ hashes an empty key. So the comparison without the key is round robin, which spr
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.render import common_prefix
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.testing import draw_scene
-from tests.cluster import finished, metric, replicas, router, tokenize
+from tests.cluster import finished, replicas, router, tokenize
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
 
@@ -192,6 +193,7 @@ class Failures:
 
 async def test_a_replica_killed_mid_run_fails_over_and_loses_no_run(cluster, tmp_path):
     """Last in the module: it kills one replica for good."""
+    import psutil
     from langgraph.checkpoint.memory import InMemorySaver
 
     front, large_server = cluster["router"], cluster["large"]
@@ -208,19 +210,34 @@ async def test_a_replica_killed_mid_run_fails_over_and_loses_no_run(cluster, tmp
         inputs = {"question": QUESTION, "image": picture(100 + i, tmp_path), "options": OPTIONS}
         return await graph.ainvoke(inputs, thread(i), context=context)
 
-    runs = [asyncio.create_task(one(i)) for i in range(n)]
-    deadline = time.monotonic() + 120
-    victim = None
-    while victim is None:  # the first replica caught mid-stream (b if both are)
-        for replica in (cluster["b"], cluster["a"]):
-            if metric(replica.base, "vllm:num_requests_running") >= 1:
-                victim = replica
+    # The replicas' engines are paused while the runs start, so the kill lands with requests in
+    # flight however fast the engines are (a CPU engine that is generating can hold this
+    # process back until it is done). The router's log says which replica got them.
+    engines = {name: psutil.Process(cluster[name].proc.pid).children(recursive=True)
+               for name in ("a", "b")}  # fmt: skip
+    for process in engines["a"] + engines["b"]:
+        process.suspend()
+    try:
+        seen = front.log.stat().st_size
+        runs = [asyncio.create_task(one(i)) for i in range(n)]
+        deadline = time.monotonic() + 120
+        routed: dict[str, int] = {}
+        while len(routed) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            text = front.log.read_text(errors="replace")[seen:]
+            routed = {name: n_ for name in ("a", "b")
+                      if (n_ := text.count(f"-> worker='{cluster[name].base}'"))}  # fmt: skip
+            if routed and sum(routed.values()) >= n:
                 break
-        assert time.monotonic() < deadline, "no run reached a replica"
-        await asyncio.sleep(0.05)
-    survivor = cluster["a"] if victim is cluster["b"] else cluster["b"]
-    killed_at = time.monotonic()
-    victim.kill()
+        assert routed, "no run reached a replica"
+        victim = cluster["b"] if "b" in routed else cluster["a"]
+        survivor = cluster["a"] if victim is cluster["b"] else cluster["b"]
+        killed_at = time.monotonic()
+        victim.kill()
+    finally:
+        for process in engines["a"] + engines["b"]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.resume()
     outcomes = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 240)
     bounded = time.monotonic() - killed_at
     assert small.errors, "the kill cut no call"
