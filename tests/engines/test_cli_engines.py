@@ -25,3 +25,24 @@ def test_run_on_real_backend(backend, tiny_pair, scene):
     assert result["route"] in ("agree", "extract_agree", "transfer")
     assert result["canonical"] in ("A", "B")
     assert result["metrics"][0]["prompt_tokens"] > 100
+
+
+def test_run_with_drafters_and_a_chain_on_transformers(tiny_pair, scene, tmp_path):
+    # Each added model is the same checkpoint under another path (so another backend name).
+    small, large = tiny_pair
+    (tmp_path / "drafter").symlink_to(small, target_is_directory=True)
+    (tmp_path / "larger").symlink_to(large, target_is_directory=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mai_graph.cli", "run", "Which colour is the square?",
+         "--image", str(scene), "--option", "red", "--option", "blue", "--backend",
+         "transformers", "--small", str(small), "--drafter", str(tmp_path / "drafter"),
+         "--large", str(large), "--larger", str(tmp_path / "larger"), "--cot-max-tokens", "16",
+         "--set", "gate=never", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["stage"] == 2  # gate never: both stages escalate
+    models = {m["model"] for m in result["metrics"]}
+    assert models == {str(small), str(tmp_path / "drafter"), str(large), str(tmp_path / "larger")}
+    assert {m.get("drafter") for m in result["metrics"] if m["node"] == "verify"} >= {0, 1}
