@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from mai_graph.answers import canonical_match
 from mai_graph.backends.base import GenerationRequest, VLMBackend, check_backend
@@ -49,6 +49,20 @@ class Drafter:
         return dataclasses.replace(request, temperature=ctx.draft_temperature, seed=seed)
 
 
+def _members(models: object, role: str, what: str) -> TypeGuard[Sequence[VLMBackend]]:
+    """True when ``models`` is a list of backends (not one backend); empty lists are refused."""
+    if not isinstance(models, Sequence) or isinstance(models, str | bytes):
+        return False
+    if not models:
+        raise ConfigError(
+            f"{role} must be a backend or {what}",
+            parameter=role,
+            value=models,
+            fix=f"pass one {role} backend, or a list of them",
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class Lineup:
     """The drafters and the chain of a graph, validated once when the graph is built."""
@@ -74,23 +88,9 @@ class Lineup:
             ConfigError: A member is not a backend, or ``small`` or ``large`` is an empty
                 sequence.
         """
-        if isinstance(large, Sequence) and not isinstance(large, str | bytes):
-            if not large:
-                raise ConfigError(
-                    "large must be a backend or a non-empty chain of backends",
-                    parameter="large",
-                    value=large,
-                    fix="pass one large backend, or a list of them, smallest first",
-                )
+        if _members(large, "large", "a non-empty sequence of backends (the chain, smallest first)"):
             return cls.of(small, large[0], *large[1:], *larger)
-        if isinstance(small, Sequence) and not isinstance(small, str | bytes):
-            if not small:
-                raise ConfigError(
-                    "small must be a backend or a non-empty sequence of drafter backends",
-                    parameter="small",
-                    value=small,
-                    fix="pass one small backend, or a list of them",
-                )
+        if _members(small, "small", "a non-empty sequence of drafter backends"):
             drafters = tuple(check_backend(b, f"small[{i}]") for i, b in enumerate(small))
             if len(drafters) == 1:
                 drafters = (check_backend(drafters[0], "small"),)

@@ -238,5 +238,5 @@ def test_drafters_and_chains_are_evaluated_live_and_refused_for_replay(dataset, 
     assert report["policies"]["mai"]["n"] == len(samples)
     with pytest.raises(ConfigError, match="branches replay two-model runs"):
         run_eval(samples, [s1, s2], l1, out_dir=tmp_path / "b", branches=True, progress=False)
-    with pytest.raises(ConfigError, match="non-empty chain"):
+    with pytest.raises(ConfigError, match="large must be a backend or a non-empty sequence"):
         run_eval(samples, s1, [], out_dir=tmp_path / "c", progress=False)
