@@ -18,6 +18,7 @@ __all__ = [
     "MAIState",
     "NodeMetrics",
     "OutputState",
+    "Reasoning",
     "Request",
     "Route",
     "Sparsification",
@@ -156,8 +157,31 @@ class Request(TypedDict):
     """Option letter → option text, in display order."""
 
 
-class Draft(TypedDict):
-    """One draft of a run with several drafts (drafter models, or samples of one small model)."""
+class Reasoning(TypedDict):
+    """What the reasoning path adds: a run's (in :class:`MAIState`) or one draft's."""
+
+    reasoning: NotRequired[str]
+    """Chain of thought (reason)."""
+    reasoning_token_ids: NotRequired[list[int]]
+    reasoning_tokens: NotRequired[list[str] | None]
+    """Text piece of each reasoning token (what scorers score)."""
+    reasoning_logprobs: NotRequired[list[float] | None]
+    s2_answer: NotRequired[str]
+    """Answer extracted in a second turn over the cached reasoning (extract)."""
+    s2_canonical: NotRequired[str]
+    s2_prob: NotRequired[float | None]
+    transfer: NotRequired[str]
+    """The sparsified reasoning the large model reads (sparsify)."""
+    transfer_token_ids: NotRequired[list[int] | None]
+    """Its token ids, when small and large share a tokenizer (spliced into the prompt as is)."""
+
+
+class Draft(Reasoning):
+    """One draft of a run with several drafts (drafter models, or samples of one small model).
+
+    Its reasoning keys are filled when the run escalated; ``transfer`` when the large model
+    reads it (``transfer_drafts`` > 1).
+    """
 
     drafter: int
     """Its position in the run's drafts."""
@@ -167,20 +191,8 @@ class Draft(TypedDict):
     """Its short answer (verify)."""
     canonical: str
     prob: float | None
-    reasoning: NotRequired[str]
-    """Its chain of thought, when the run escalated (reason)."""
-    reasoning_token_ids: NotRequired[list[int]]
-    reasoning_tokens: NotRequired[list[str] | None]
-    reasoning_logprobs: NotRequired[list[float] | None]
-    s2_answer: NotRequired[str]
-    """Its answer extracted over its reasoning (extract)."""
-    s2_canonical: NotRequired[str]
-    s2_prob: NotRequired[float | None]
     rank: NotRequired[int]
     """Its place in the ranking of reasonings (0 = best; ``draft_rank``)."""
-    transfer: NotRequired[str]
-    """Its sparsified reasoning, when the large model reads it (``transfer_drafts`` > 1)."""
-    transfer_token_ids: NotRequired[list[int] | None]
 
 
 class OutputState(TypedDict):
@@ -205,7 +217,7 @@ class OutputState(TypedDict):
     """Runs with several drafts: each draft's answers (and reasoning, when it escalated)."""
 
 
-class MAIState(InputState):
+class MAIState(InputState, Reasoning):
     """The full state; later nodes fill the ``NotRequired`` keys."""
 
     request: NotRequired[Request]
@@ -220,20 +232,6 @@ class MAIState(InputState):
     """Small model's probability for its short answer (None without logprobs)."""
     large_prob: NotRequired[float | None]
     """Large model's probability for its short answer (None without logprobs)."""
-    reasoning: NotRequired[str]
-    """Chain of thought (reason)."""
-    reasoning_token_ids: NotRequired[list[int]]
-    reasoning_tokens: NotRequired[list[str] | None]
-    """Text piece of each reasoning token (what scorers score)."""
-    reasoning_logprobs: NotRequired[list[float] | None]
-    s2_answer: NotRequired[str]
-    """Answer extracted in a second turn over the cached reasoning (extract)."""
-    s2_canonical: NotRequired[str]
-    s2_prob: NotRequired[float | None]
-    transfer: NotRequired[str]
-    """The sparsified reasoning the large model reads (sparsify)."""
-    transfer_token_ids: NotRequired[list[int] | None]
-    """Its token ids, when small and large share a tokenizer (spliced into the prompt as is)."""
     sparsification: NotRequired[Sparsification]
     drafts: NotRequired[list[Draft]]
     """Runs with several drafts: each draft's short answer, reasoning and S2 answer."""
