@@ -13,6 +13,37 @@ from pathlib import Path
 import pytest
 
 
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """Hold processes still (SIGSTOP) for the block, then let them go on (SIGCONT).
+
+    Fault and cancellation tests pause a test's own engine processes while they cancel or
+    kill: a CPU engine that is generating can hold the test process back until it is done,
+    so without the pause the cancel might land only after the request finished.
+    """
+    import psutil
+
+    processes = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(pid)
+            process.suspend()
+            processes.append(process)
+    try:
+        yield
+    finally:
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.resume()
+
+
+def children(pid: int) -> list[int]:
+    """A server's processes below its own (the engines it started)."""
+    import psutil
+
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,7 +10,8 @@ import pytest
 from mai_graph import BackendError, GenerationRequest, MAIContext, arun
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.images import image_ref
-from tests.servers import free_port, get, serving
+from tests.cluster import metric
+from tests.servers import children, free_port, paused, serving
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
 
@@ -33,8 +34,8 @@ def server(tiny_pair, tmp_path_factory):
            "--max-model-len", "4096", "--enable-prompt-tokens-details"]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    with serving(cmd, f"{base}/health", log, env=env):
-        yield f"{base}/v1", base
+    with serving(cmd, f"{base}/health", log, env=env) as proc:
+        yield f"{base}/v1", base, proc
 
 
 def backend(url):
@@ -43,16 +44,8 @@ def backend(url):
     return OpenAIBackend.from_url(url, "tiny-small")
 
 
-def running(base):
-    _, text = get(f"{base}/metrics")
-    for line in text.splitlines():
-        if line.startswith("vllm:num_requests_running"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no vllm:num_requests_running metric")
-
-
 async def test_graph_runs_through_the_server(server, scene):
-    url, _ = server
+    url, *_ = server
     small, large = backend(url), backend(url)
     result = await arun(
         QUESTION, str(scene), options=OPTIONS,
@@ -78,7 +71,7 @@ async def test_graph_runs_through_the_server(server, scene):
 
 
 async def test_choices_logprobs_and_token_ids(server, scene):
-    url, _ = server
+    url, *_ = server
     gen = await backend(url).generate(
         GenerationRequest(
             ({"role": "user", "content": [{"type": "image", "image": image_ref(scene)},
@@ -109,23 +102,29 @@ async def test_choices_logprobs_and_token_ids(server, scene):
 
 
 async def test_cancel_aborts_the_server_request(server):
-    url, base = server
+    url, base, proc = server
     request = GenerationRequest(
         ({"role": "user", "content": [{"type": "text", "text": "Talk."}]},),
         max_tokens=3000, min_tokens=3000, purpose="cot",
     )  # fmt: skip
-    task = asyncio.create_task(backend(url).generate(request))
-    deadline = time.monotonic() + 60
-    while running(base) < 1:
-        assert time.monotonic() < deadline, "the request never started"
-        await asyncio.sleep(0.1)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    generated = metric(base, "vllm:generation_tokens_total")
+    # The engine is paused while the request arrives, so the cancel lands before it can finish
+    # however fast the engine is.
+    with paused(children(proc.pid)):
+        task = asyncio.create_task(backend(url).generate(request))
+        await asyncio.sleep(1.0)
+        assert not task.done(), task
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     deadline = time.monotonic() + 20
-    while running(base) > 0:
+    while metric(base, "vllm:num_requests_running") > 0:
         assert time.monotonic() < deadline, "the server kept generating for a closed stream"
         await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
+    spent = metric(base, "vllm:generation_tokens_total") - generated
+    assert spent < 3000, f"the server generated {spent:.0f} tokens for a closed stream"
+    print(f"cancelled: the server generated {spent:.0f} of 3000 tokens")
 
 
 async def test_unreachable_server_is_a_transient_backend_error():

@@ -11,7 +11,6 @@ hashes an empty key. So the comparison without the key is round robin, which spr
 """
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -26,6 +25,7 @@ from mai_graph.backends.render import common_prefix
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.testing import draw_scene
 from tests.cluster import finished, replicas, router, tokenize
+from tests.servers import children, paused
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
 
@@ -193,7 +193,6 @@ class Failures:
 
 async def test_a_replica_killed_mid_run_fails_over_and_loses_no_run(cluster, tmp_path):
     """Last in the module: it kills one replica for good."""
-    import psutil
     from langgraph.checkpoint.memory import InMemorySaver
 
     front, large_server = cluster["router"], cluster["large"]
@@ -213,11 +212,8 @@ async def test_a_replica_killed_mid_run_fails_over_and_loses_no_run(cluster, tmp
     # The replicas' engines are paused while the runs start, so the kill lands with requests in
     # flight however fast the engines are (a CPU engine that is generating can hold this
     # process back until it is done). The router's log says which replica got them.
-    engines = {name: psutil.Process(cluster[name].proc.pid).children(recursive=True)
-               for name in ("a", "b")}  # fmt: skip
-    for process in engines["a"] + engines["b"]:
-        process.suspend()
-    try:
+    engines = children(cluster["a"].proc.pid) + children(cluster["b"].proc.pid)
+    with paused(engines):
         seen = front.log.stat().st_size
         runs = [asyncio.create_task(one(i)) for i in range(n)]
         deadline = time.monotonic() + 120
@@ -234,10 +230,6 @@ async def test_a_replica_killed_mid_run_fails_over_and_loses_no_run(cluster, tmp
         survivor = cluster["a"] if victim is cluster["b"] else cluster["b"]
         killed_at = time.monotonic()
         victim.kill()
-    finally:
-        for process in engines["a"] + engines["b"]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.resume()
     outcomes = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 240)
     bounded = time.monotonic() - killed_at
     assert small.errors, "the kill cut no call"
