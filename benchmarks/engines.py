@@ -13,12 +13,13 @@ large model's transfer call read from the engine's cache.
 
 import argparse
 import asyncio
-import dataclasses
 import itertools
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from forced import Forced  # benchmarks/forced.py (the script's folder is on the path)
 
 from mai_graph import MAIContext, arun
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
@@ -42,23 +43,6 @@ ROUTES = {  # route: (small texts, large texts, context settings)
 }
 
 
-class Forced:
-    """Forces output lengths on the engine and the answer text afterwards; records calls."""
-
-    def __init__(self, inner, texts):
-        self.inner, self.name, self.texts, self.calls = inner, inner.name, texts, []
-
-    async def generate(self, request):
-        n = LENGTHS.get(request.purpose)
-        if n:
-            request = dataclasses.replace(request, min_tokens=n, max_tokens=n, choices=None)
-        gen = await self.inner.generate(request)
-        if request.purpose in self.texts:
-            gen = dataclasses.replace(gen, text=self.texts[request.purpose])
-        self.calls.append((request, gen))
-        return gen
-
-
 _cases = itertools.count()
 
 
@@ -66,7 +50,7 @@ async def route_once(small, large, image, route):
     """One run on a question no earlier run asked: caches hold only what this run shares."""
     question = f"{DEMO_QUESTION} (case {next(_cases)})"
     small_text, large_text, settings = ROUTES[route]
-    fs, fl = Forced(small, small_text), Forced(large, large_text)
+    fs, fl = Forced(small, small_text, LENGTHS), Forced(large, large_text, LENGTHS)
     ctx = MAIContext(cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT, **settings)
     result = await arun(question, str(image), options=DEMO_OPTIONS, small=fs, large=fl, context=ctx)
     return result, fs, fl

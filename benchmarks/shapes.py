@@ -13,12 +13,12 @@ engine), which measures the chain's orchestration and cache behaviour, not a thi
 
 import argparse
 import asyncio
-import dataclasses
 import itertools
 import statistics
 import tempfile
 from pathlib import Path
 
+from forced import Forced  # benchmarks/forced.py (the script's folder is on the path)
 from PIL import Image, ImageDraw
 
 from mai_graph import MAIContext, arun
@@ -31,28 +31,6 @@ SHORT, COT = 8, 300
 LENGTHS = {"short": SHORT, "cot": COT, "s2": SHORT, "answer": SHORT}
 AGREE = ({"short": "A"}, {"short": "A"})
 TRANSFER = ({"short": "A", "s2": "C"}, {"short": "B", "answer": "D"})
-
-
-class Forced:
-    """Forces output lengths on the engine and the answer text afterwards; records calls."""
-
-    def __init__(self, inner, texts):
-        self.inner, self.name, self.texts, self.calls = inner, inner.name, texts, []
-
-    def __getattr__(self, name):  # vocabulary, limits...; every call goes through generate
-        if name == "generate_stream":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    async def generate(self, request):
-        n = LENGTHS.get(request.purpose)
-        if n:
-            request = dataclasses.replace(request, min_tokens=n, max_tokens=n, choices=None)
-        gen = await self.inner.generate(request)
-        if request.purpose in self.texts:
-            gen = dataclasses.replace(gen, text=self.texts[request.purpose])
-        self.calls.append((request, gen))
-        return gen
 
 
 def pictures(root):
@@ -118,7 +96,7 @@ def scenarios(small, large, media):
 
     def pair(texts, inputs, **settings):
         async def go():
-            fs, fl = Forced(small, texts[0]), Forced(large, texts[1])
+            fs, fl = Forced(small, texts[0], LENGTHS), Forced(large, texts[1], LENGTHS)
             ctx = MAIContext(cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT,
                              **settings)  # fmt: skip
             question = f"{DEMO_QUESTION} (case {next(_cases)})"
@@ -130,8 +108,8 @@ def scenarios(small, large, media):
 
     def chain(texts, inputs):
         async def go():
-            first = Forced(small, texts[0])
-            middle, last = Forced(large, texts[1]), Forced(large, texts[2])
+            first = Forced(small, texts[0], LENGTHS)
+            middle, last = Forced(large, texts[1], LENGTHS), Forced(large, texts[2], LENGTHS)
             ctx = MAIContext(cot_max_tokens=COT, short_max_tokens=SHORT, s2_max_tokens=SHORT)
             question = f"{DEMO_QUESTION} (case {next(_cases)})"
             result = await arun(question, options=DEMO_OPTIONS, small=first,
