@@ -122,6 +122,11 @@ def backend_for(
     )
 
 
+def _kind_of(kind: str, own: str | None, url: str | None) -> str:
+    """A model's kind: its own, else ``openai`` when it has a URL, else the shared ``kind``."""
+    return own or ("openai" if url else kind)
+
+
 def backends_for(
     kind: str,
     small: str | None,
@@ -162,7 +167,7 @@ def backends_for(
     for role, own, url in zip(ROLES, kinds, urls):
         if own is not None:
             _check_kind(own, f"{role}_backend")
-        chosen.append(own or ("openai" if url else kind))
+        chosen.append(_kind_of(kind, own, url))
     if chosen == ["fake", "fake"]:
         from mai_graph.backends.fake import demo_backends
 
@@ -405,7 +410,7 @@ def lineup_for(
     keys = settings.get("api_keys", (None, None))
     sides: dict[str, list[Any]] = {"small": [small_backend], "large": [large_backend]}
     for i, role in enumerate(ROLES):
-        chosen = kinds[i] or ("openai" if urls[i] else kind)
+        chosen = _kind_of(kind, kinds[i], urls[i])
         if added[role] and chosen == "fake":
             raise ConfigError(
                 f"{names[i]} needs real models; the fake backend is one canned pair",
