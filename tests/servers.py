@@ -44,6 +44,36 @@ def children(pid: int) -> list[int]:
     return [c.pid for c in psutil.Process(pid).children(recursive=True)]
 
 
+_TGKILL = {"x86_64": 234, "aarch64": 131}  # syscall numbers of tgkill(2)
+
+
+def signal_side_thread(pid: int, signum: int) -> int:
+    """Send ``signum`` to one Python thread of process ``pid`` other than its main thread.
+
+    A process-directed signal goes to whichever thread the kernel picks; this makes the rare
+    pick (not the main thread) happen on purpose. Returns the thread id; skips the test where
+    tgkill's syscall number is not known.
+    """
+    import ctypes
+    import platform
+
+    number = _TGKILL.get(platform.machine())
+    if number is None:
+        pytest.skip(f"tgkill's syscall number on {platform.machine()} is not known here")
+    name = Path(f"/proc/{pid}/comm").read_text().strip()
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        task = Path(f"/proc/{pid}/task/{tid}")
+        blocked = next(line for line in (task / "status").read_text().splitlines()
+                       if line.startswith("SigBlk:")).split()[1]  # fmt: skip
+        # a Python thread carries the process's name and blocks no signal (ZMQ's threads do)
+        if tid != pid and (task / "comm").read_text().strip() == name and int(blocked, 16) == 0:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.syscall(number, pid, tid, signum) != 0:
+                raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}) failed")
+            return tid
+    raise AssertionError(f"process {pid} has no side thread to signal")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -34,6 +34,14 @@ from typing import TYPE_CHECKING, Any
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import render, vocab_fingerprint
+from mai_graph.backends.vllm_teardown import (
+    ENGINE_EXIT_GRACE_S,
+    close_client,
+    core_pids,
+    reap,
+    stop_engine,
+    with_children,
+)
 from mai_graph.errors import BackendError, ConfigError, ImageError
 from mai_graph.images import ImageRef, load_image
 from mai_graph.limits import check_prompt_length
@@ -59,10 +67,6 @@ require_extra("vllm", ("vllm", "torch", "transformers"), "vllm")
 ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
 """The loop every engine built by :class:`VLLMBackend` lives on."""
 
-ENGINE_EXIT_GRACE_S = 30.0
-"""Seconds a shut-down engine core (and its worker) may take to exit before it is killed.
-vLLM's default of 5 s is shorter than a loaded CPU machine needs to tear down two processes."""
-
 WORKER_EXIT_GRACE_S = 20
 """Seconds an engine core waits for its worker to exit by itself (vLLM's default: 5)."""
 
@@ -70,82 +74,6 @@ RESTART_WINDOW_S = 600.0
 """Engine deaths are counted over this many seconds against ``max_restarts``."""
 
 _START_LOCK = threading.Lock()  # engines start one after the other
-
-
-class _ShutDown(Exception):
-    """Ends the requests still running when their engine is shut down."""
-
-
-def _end_running_requests(engine: AsyncLLM) -> None:
-    """Fail the requests still running (they would otherwise wait for outputs forever)."""
-    with contextlib.suppress(Exception):
-        engine.output_processor.propagate_error(_ShutDown())
-
-
-async def _stop_output_handler(engine: AsyncLLM) -> None:
-    """End running requests, then cancel the output handler.
-
-    Cancelled, the handler does not report the engine's exit as a failure.
-    """
-    _end_running_requests(engine)
-    await asyncio.sleep(0)  # let the requests see it and abort themselves in the engine
-    handler = getattr(engine, "output_handler", None)
-    if handler is not None and not handler.done():
-        handler.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await handler
-
-
-def _close_client(engine: AsyncLLM) -> None:
-    """Close the engine client's ZMQ context (call on the engine's loop, after ``shutdown``).
-
-    vLLM closes the client's sockets but leaves the context to the garbage collector, which
-    warns about it.
-    """
-    resources = getattr(getattr(engine, "engine_core", None), "resources", None)
-    ctx = getattr(resources, "ctx", None)
-    if ctx is not None and not ctx.closed:
-        with contextlib.suppress(Exception):
-            ctx.destroy(linger=0)
-
-
-async def _aclose_client(engine: AsyncLLM) -> None:
-    _close_client(engine)
-
-
-def _core_pids(engine: AsyncLLM) -> list[int]:
-    """Process ids of the engine's core process(es)."""
-    manager = getattr(getattr(engine, "engine_core", None), "resources", None)
-    manager = getattr(manager, "engine_manager", None)
-    return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
-
-
-def _with_children(pids: list[int]) -> list[int]:
-    """``pids`` and their children (an engine core's workers); reads /proc (blocking)."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil comes with vLLM
-        return pids
-    found = list(pids)
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    return found
-
-
-def _reap(pids: list[int], grace_s: float) -> None:
-    """Kill what is left of a dead engine's processes after ``grace_s`` (blocking)."""
-    import psutil
-
-    procs = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(pid))
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            log.warning("killing process %d left behind by a dead vLLM engine", proc.pid)
-            proc.kill()
 
 
 def _on_cpu() -> bool:
@@ -366,7 +294,7 @@ class VLLMBackend:
                     "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
                 ) from exc
             assert self._engine is not None
-            self._pids = await asyncio.to_thread(_with_children, _core_pids(self._engine))
+            self._pids = await asyncio.to_thread(with_children, core_pids(self._engine))
             if self._death is not None:
                 self.restarts += 1
                 log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
@@ -405,9 +333,10 @@ class VLLMBackend:
         pids, self._pids = self._pids, []
         with contextlib.suppress(Exception):
             engine.shutdown(timeout=0)
-        _close_client(engine)
+        close_client(engine)
         if pids:
-            threading.Thread(target=_reap, args=(pids, 5.0), daemon=True).start()
+            what = "a dead vLLM engine"
+            threading.Thread(target=reap, args=(pids, 5.0, what), daemon=True).start()
 
     def _dead_error(self, engine: AsyncLLM, request: GenerationRequest) -> BackendError:
         self._discard(engine, f"during request {request.request_id}")
@@ -455,26 +384,18 @@ class VLLMBackend:
 
         Requests still running fail with a ``BackendError`` saying so. The output handler
         stops first (so the engine's exit is not reported as a failure), then the engine core
-        and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by themselves; this thread
-        waits for them, the engine loop keeps serving other engines. Also clears the record of
-        engine deaths (``max_restarts`` counts afresh).
+        and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by themselves (the core is
+        nudged until it sees vLLM's SIGTERM, see :mod:`mai_graph.backends.vllm_teardown`);
+        this thread waits until they are gone, the engine loop keeps serving other engines.
+        Also clears the record of engine deaths (``max_restarts`` counts afresh).
         """
         engine, self._engine = self._engine, None
+        pids = self._pids
         self._deaths, self._death, self._pids = [], None, []
         if engine is None or not self._owns_engine:
             return
         self._retired.add(engine)
-        loop = self._loop
-        if loop is not None and not loop._in_loop():
-            loop.run(_stop_output_handler(engine))
-            engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
-            # vLLM closes the client's sockets on the engine loop (queued by shutdown); the
-            # context is closed after them, in turn.
-            loop.run(_aclose_client(engine))
-        else:
-            _end_running_requests(engine)
-            engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
-            _close_client(engine)
+        stop_engine(engine, self._loop, pids, f"the vLLM engine of {self.model!r}")
 
     def engine_processes(self) -> list[int]:
         """Process ids of the running engine's core process and its workers (empty if none)."""

@@ -15,7 +15,7 @@ import pytest
 
 from mai_graph import BackendError, MAIContext, arun
 from mai_graph.backends.steered import SteeredBackend
-from tests.servers import free_port, get, paused, serving
+from tests.servers import free_port, get, paused, serving, signal_side_thread
 
 pytestmark = pytest.mark.engine
 
@@ -144,6 +144,33 @@ async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
     print(f"shutdown of one engine: {took:.1f} s, engine core exit code 0")
     await wait_until(lambda: not alive(pids), 10, f"left behind: {alive(pids)}")
     assert engine.engine_core.resources.ctx.closed  # no unclosed ZMQ context warning later
+
+
+async def test_shutdown_when_the_sigterm_lands_on_a_side_thread_of_an_idle_core(
+    tiny_pair, monkeypatch
+):
+    """vLLM stops a core with SIGTERM; when the kernel gives it to a thread other than the
+    core's main thread, which sleeps on an empty input queue, the core's handler waits for a
+    message. Shutdown nudges the core, so it still exits by itself, in seconds, not killed."""
+    pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
+    from mai_graph.backends.vllm import ENGINE_EXIT_GRACE_S, VLLMBackend
+
+    backend = VLLMBackend(str(tiny_pair[0]), name="tiny-small")
+    await backend.start(warmup=False)
+    pids = backend.engine_processes()
+    (core,) = backend._engine.engine_core.resources.engine_manager.processes
+    signalled = []
+    monkeypatch.setattr(
+        core, "terminate", lambda: signalled.append(signal_side_thread(core.pid, signal.SIGTERM))
+    )
+    start = time.monotonic()
+    await asyncio.to_thread(backend.shutdown)
+    took = time.monotonic() - start
+    assert signalled, "vLLM did not stop the core with terminate()"
+    assert core.exitcode == 0, f"the engine core was killed (exit code {core.exitcode})"
+    assert took < ENGINE_EXIT_GRACE_S / 2, f"shutdown took {took:.1f} s"
+    assert not alive(pids), f"left behind: {alive(pids)}"
+    print(f"shutdown with the SIGTERM on thread {signalled[0]}: {took:.1f} s, exit code 0")
 
 
 # -- cancellation bursts on the session's engines -------------------------------------------------
