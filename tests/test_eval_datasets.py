@@ -182,3 +182,48 @@ def test_explicit_format_and_image_root(tmp_path, png):
     assert data.samples[0].image == str(png.resolve())
     with pytest.raises(ConfigError, match="missing image"):
         load_dataset(path, format="pope", image_root=other, on_bad_row="fail")
+
+
+def test_jsonl_rows_with_several_human_answers_are_vqa_questions(tmp_path):
+    path = _jsonl(
+        tmp_path / "vqa.jsonl",
+        [
+            {"id": "many", "question": "How many cats?",
+             "answer": ["2", "two", "2", "3", "2", "2", "two", "1", "2", "3"]},
+            {"id": "objs", "question": "What colour?",
+             "answer": [{"answer": "Red", "answer_confidence": "yes"}, {"answer": "red"},
+                        {"answer": "maroon"}]},
+            {"id": "tie", "question": "What is it?", "answer": ["dog", "puppy"]},
+            {"id": "one", "question": "Is it red?", "answer": ["yes"]},
+            {"id": "kind", "question": "How many?", "answer": ["2", "3"], "kind": "number"},
+            {"id": "empty", "question": "How many?", "answer": []},
+            {"id": "blank", "question": "How many?", "answer": ["2", " ", "3"]},
+            {"id": "bad", "question": "How many?", "answer": ["2", {"label": "3"}]},
+        ],
+    )  # fmt: skip
+    data = load_dataset(path)
+    by_id = {s.id: s for s in data.samples}
+    assert sorted(by_id) == ["many", "objs", "one", "tie"]
+    many = by_id["many"]
+    assert many.kind == "text" and many.answer == "2" and len(many.references) == 10
+    assert by_id["objs"].answer == "Red" and by_id["objs"].references == ["Red", "red", "maroon"]
+    assert by_id["tie"].answer == "dog"  # the first of the most given
+    assert by_id["one"].kind == "yes_no" and by_id["one"].references is None  # one answer
+    assert many.verdict("two").credit == 1.0 and many.verdict("3").credit == pytest.approx(0.6)
+    found = {p.location: p.message for p in data.problems}
+    assert "a list of answers is for kind text (VQA accuracy), not number" in found[5]
+    assert "the list of answers is empty" in found[6]
+    assert "missing answer 2 of the list" in found[7]
+    assert "missing answer 2 of the list" in found[8]
+
+
+def test_human_answers_are_part_of_the_digest(tmp_path):
+    rows = [{"id": "q", "question": "What colour?", "answer": ["red", "red", "blue"]}]
+    first = load_dataset(_jsonl(tmp_path / "a.jsonl", rows)).samples[0]
+    rows[0]["answer"] = ["red", "red", "green"]
+    second = load_dataset(_jsonl(tmp_path / "b.jsonl", rows)).samples[0]
+    plain = load_dataset(
+        _jsonl(tmp_path / "c.jsonl", [{"id": "q", "question": "What colour?", "answer": "red"}])
+    ).samples[0]
+    assert first.answer == second.answer == plain.answer == "red"
+    assert len({first.digest(), second.digest(), plain.digest()}) == 3

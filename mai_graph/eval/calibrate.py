@@ -25,7 +25,6 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.eval.records import CallRecord, RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, path_latency
-from mai_graph.eval.scorers import score
 from mai_graph.gate import agreement_exits
 
 __all__ = [
@@ -90,7 +89,8 @@ class SettingScore:
     """Share of runs in which the large model did more than its short answer."""
     mean_latency_s: float
     routes: dict[str, float]
-    right: int
+    right: float
+    """Sum of the runs' credits (the count of right answers, unless VQA accuracies)."""
     transfers: int
     gap_recovered: float | None = None
     """(accuracy - weak) / (strong - weak), when both reference accuracies are known."""
@@ -142,8 +142,10 @@ class CalibrationResult:
         }
 
 
-def wilson_bounds(right: int, n: int, confidence: float) -> tuple[float, float]:
+def wilson_bounds(right: float, n: int, confidence: float) -> tuple[float, float]:
     """One-sided Wilson bounds of a proportion at ``confidence`` (0 gives the estimate).
+
+    ``right`` may be a sum of partial credits (VQA accuracy); it is treated as a count.
 
     >>> lo, hi = wilson_bounds(90, 100, 0.9)
     >>> round(lo, 3), round(hi, 3)
@@ -231,7 +233,7 @@ class _Scorer:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int], bool] = {}
+        self._cache: dict[tuple[str, int], float] = {}
         self._exits: dict[tuple[Any, ...], bool] = {}
 
     def exits(
@@ -243,13 +245,11 @@ class _Scorer:
             hit = self._exits[key] = agreement_exits(a, b, prob_a, prob_b, ctx)
         return hit
 
-    def correct(self, run: SampleRun, final: CallRecord) -> bool:
+    def credit(self, run: SampleRun, final: CallRecord) -> float:
         key = (run.record.sample, id(final))
         hit = self._cache.get(key)
         if hit is None:
-            rec = run.record
-            hit = score(final.text or "", rec.gold, rec.kind, rec.options).correct
-            self._cache[key] = hit
+            hit = self._cache[key] = run.record.verdict(final.text or "").credit
         return hit
 
 
@@ -271,13 +271,13 @@ def score_setting(
     """
     ctx = (base or MAIContext()).replace(policy="mai", **setting.fields())
     scorer = _scorer or _Scorer()
-    right = transfers = large = 0
-    latency = 0.0
+    transfers = large = 0
+    right = latency = 0.0
     routes: dict[str, int] = {}
     for b in branches:
         route, path, final = b.decide(ctx, scorer.exits)
         routes[route] = routes.get(route, 0) + 1
-        right += scorer.correct(b.run, final)
+        right += scorer.credit(b.run, final)
         transfers += route == "transfer"
         large += any(c.role == "large" and c.node != "verify" for c in path)
         latency += path_latency(path)
@@ -330,8 +330,7 @@ def _reference(records: RecordSet, ids: Sequence[str], policy: str) -> float | N
     done = [r for r in runs if r is not None]
     if not done or len(done) < len(ids):
         return None
-    right = sum(score(r.record.answer, r.record.gold, r.record.kind, r.record.options).correct
-                for r in done)  # fmt: skip
+    right = sum(r.record.verdict(r.record.answer).credit for r in done)
     return right / len(done)
 
 

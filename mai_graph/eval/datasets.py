@@ -11,8 +11,10 @@ Four formats (nothing is downloaded):
   ``data:image/...;base64,`` URL; ``image_base64`` holds bare base64 instead. ``kind`` is
   ``choice``, ``yes_no``, ``number`` or ``text`` (inferred when absent: options make a choice,
   yes/no answers a yes_no, numbers a number, anything else text). ``options`` is a mapping
-  letter → text (a list is lettered A, B, ...). ``id`` defaults to the line number. Other
-  fields are kept as the sample's ``meta``.
+  letter → text (a list is lettered A, B, ...). ``answer`` may also be a list of human
+  answers (strings, or VQA-style ``{"answer": ...}`` objects) for kind ``text``: such
+  questions are scored by the VQA accuracy, and their gold answer is the most given one.
+  ``id`` defaults to the line number. Other fields are kept as the sample's ``meta``.
 - ``mmbench``: MMBench-style TSV: ``index``, ``question``, optional ``hint``, option columns
   ``A`` .. ``D`` (blank cells dropped), ``answer``, ``image`` (base64, or the ``index`` of the
   row holding the image), optional ``category`` / ``l2-category`` / ``split``.
@@ -35,6 +37,7 @@ import hashlib
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mai_graph.answers import canonical_gold, normalize_options
 from mai_graph.errors import ConfigError, MAIError
+from mai_graph.eval.scorers import Verdict, score
 
 __all__ = [
     "FORMATS",
@@ -62,7 +66,8 @@ SampleKind = Literal["choice", "yes_no", "number", "text"]
 - ``choice``: an option letter; accuracy (an unreadable answer is wrong).
 - ``yes_no``: yes or no; POPE metrics (accuracy, precision, recall, F1, yes-ratio).
 - ``number``: ChartQA relaxed accuracy (within 5%; years exact).
-- ``text``: exact match after VQA normalization.
+- ``text``: exact match after VQA normalization; the VQA accuracy when the sample has several
+  human answers.
 """
 
 Format = Literal["auto", "jsonl", "mmbench", "pope", "chartqa"]
@@ -97,6 +102,8 @@ class Sample(BaseModel):
     kind: SampleKind
     answer: str
     """The gold answer as the dataset gives it (an option letter for ``choice``)."""
+    references: list[str] | None = None
+    """Every human answer, for ``text`` questions that have several (VQA accuracy)."""
     image: str | None = None
     """An image file path or a ``data:image/...;base64,`` URL."""
     options: dict[str, str] | None = None
@@ -104,15 +111,20 @@ class Sample(BaseModel):
     meta: dict[str, Any] = {}
     """Other fields of the row (category, split, ...), kept for breakdowns."""
 
+    def verdict(self, answer: str) -> Verdict:
+        """``answer`` scored against this sample's gold answer (and human answers)."""
+        return score(answer, self.answer, self.kind, self.options, self.references)
+
     def graph_input(self) -> dict[str, Any]:
         """The MAI graph's input for this sample (every input key written)."""
         return {"question": self.question, "image": self.image, "options": self.options}
 
     def digest(self) -> str:
         """A short hash of what the sample asks and expects (to tell datasets apart)."""
-        payload = json.dumps(
-            [self.question, self.kind, self.answer, self.options, self.image], sort_keys=True
-        )
+        fields: list[Any] = [self.question, self.kind, self.answer, self.options, self.image]
+        if self.references is not None:  # rows without them keep their digest
+            fields.append(self.references)
+        payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -373,13 +385,19 @@ def _sample(
 ) -> Sample:
     """Validate one row's fields into a :class:`Sample` (raises :class:`_BadRow`)."""
     q = _text(question, "question")
-    gold = _text(answer, "answer")
+    answers = _answer_list(answer)
+    gold = _most_given(answers) if answers else _text(answer, "answer")
+    references = answers if answers and len(answers) > 1 else None
     try:
         opts = normalize_options(options)
     except MAIError as exc:
         raise _BadRow(f"bad options: {exc}") from None
     if kind is None:
-        kind = _infer_kind(gold, opts)
+        kind = "text" if references else _infer_kind(gold, opts)
+    if references and kind != "text":
+        raise _BadRow(
+            f"a list of answers is for kind text (VQA accuracy), not {kind}; give one answer"
+        )
     if kind not in _KINDS:
         raise _BadRow(f"unknown kind {kind!r}; kinds are {list(_KINDS)}")
     if kind == "choice" and not opts:
@@ -391,8 +409,39 @@ def _sample(
     except MAIError as exc:
         raise _BadRow(f"answer {gold!r} cannot be read as {kind}: {exc}") from None
     return Sample(
-        id=id, question=q, kind=kind, answer=gold, image=image, options=opts, meta=meta or {}
+        id=id,
+        question=q,
+        kind=kind,
+        answer=gold,
+        references=references,
+        image=image,
+        options=opts,
+        meta=meta or {},
     )
+
+
+def _answer_list(answer: Any) -> list[str] | None:
+    """The answers of a row whose ``answer`` is a list (None when it is not a list)."""
+    if not isinstance(answer, list):
+        return None
+    refs = [
+        _text(item.get("answer") if isinstance(item, dict) else item, f"answer {i + 1} of the list")
+        for i, item in enumerate(answer)
+    ]
+    if not refs:
+        raise _BadRow("missing answer: the list of answers is empty")
+    return refs
+
+
+def _most_given(references: list[str]) -> str:
+    """The answer most annotators gave (VQA-normalized; the first such as written).
+
+    >>> _most_given(["Two", "3", "2", "three"])
+    'Two'
+    """
+    counts = Counter(canonical_gold(ref, "text") for ref in references)
+    top = max(counts.values())
+    return next(ref for ref in references if counts[canonical_gold(ref, "text")] == top)
 
 
 # --- readers: each yields (location, Sample | _BadRow) ------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mai_graph.errors import ConfigError
+from mai_graph.eval.scorers import Verdict, score
 
 __all__ = [
     "RECORDS_FILE",
@@ -118,9 +119,15 @@ class SampleRecord(_Line):
     gold: str
     kind: str
     options: dict[str, str] | None = None
+    references: list[str] | None = None
+    """The human answers, for questions scored by the VQA accuracy."""
     digest: str
     """The dataset row's hash (:meth:`~mai_graph.eval.datasets.Sample.digest`)."""
     meta: dict[str, Any] = {}
+
+    def verdict(self, answer: str) -> Verdict:
+        """``answer`` scored against this sample's gold answer."""
+        return score(answer, self.gold, self.kind, self.options, self.references)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from mai_graph.context import MAIContext
 from mai_graph.eval.calibrate import pareto_front, score_settings, settings_grid
 from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
-from mai_graph.eval.scorers import METRIC_NAMES, kind_metrics, score
+from mai_graph.eval.scorers import headline, kind_metrics
 from mai_graph.latency import MODEL_ROUTES
 
 __all__ = [
@@ -75,7 +75,7 @@ def _base_context(records: RecordSet) -> MAIContext:
 
 def _verdict_row(run: SampleRun, out: Outcome) -> dict[str, Any]:
     rec = run.record
-    verdict = score(out.answer, rec.gold, rec.kind, rec.options)
+    verdict = rec.verdict(out.answer)
     return {
         "id": rec.sample,
         "policy": rec.policy,
@@ -86,6 +86,8 @@ def _verdict_row(run: SampleRun, out: Outcome) -> dict[str, Any]:
         "gold_canonical": canonical_gold(rec.gold, rec.kind, rec.options),
         "kind": rec.kind,
         "correct": verdict.correct,
+        "credit": verdict.credit,
+        "references": rec.references,
         "latency_s": out.latency_s,
         "replayed": rec.branches,
     }
@@ -111,7 +113,7 @@ def _policy_summary(
         }
     return {
         "n": n,
-        "accuracy": sum(r["correct"] for r in rows) / n,
+        "accuracy": sum(r["credit"] for r in rows) / n,
         "by_kind": kind_metrics(rows),
         "latency_s": {
             "mean": _mean(latencies),
@@ -132,7 +134,7 @@ def _policy_summary(
 
 
 def _accuracy_on(rows: list[dict[str, Any]], ids: set[str]) -> float | None:
-    picked = [r["correct"] for r in rows if r["id"] in ids]
+    picked = [r["credit"] for r in rows if r["id"] in ids]
     return sum(picked) / len(picked) if picked else None
 
 
@@ -371,9 +373,9 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
                     f"P {m['precision']:.3f} · R {m['recall']:.3f} · F1 {m['f1']:.3f} · "
                     f"yes {_pct(m['yes_ratio'])}"
                 )
-            headline = m[METRIC_NAMES.get(kind, "accuracy")]
+            name, value = headline(kind, m)
             kind_rows.append(
-                [policy, kind, str(m["n"]), f"{METRIC_NAMES.get(kind)} {headline:.3f}",
+                [policy, kind, str(m["n"]), f"{name} {value:.3f}",
                  _pct(m["unknown_ratio"]), extra]
             )  # fmt: skip
     lines.append(_md_table(["policy", "kind", "n", "metric", "unreadable", "POPE"], kind_rows))

@@ -38,7 +38,6 @@ from mai_graph.eval.records import (
     read_records,
 )
 from mai_graph.eval.replay import outcome, ratio_key
-from mai_graph.eval.scorers import score
 from mai_graph.lineup import Lineup
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState
@@ -148,8 +147,8 @@ class _Evaluation:
         extra = BRANCH_SETTINGS if policy == "mai" and self.branches else {}
         return self.base.replace(policy=policy, answer_kind=sample.kind, **extra)
 
-    async def run(self, policy: str, sample: Sample) -> bool:
-        """Run one sample under one policy and append its records; returns its verdict."""
+    async def run(self, policy: str, sample: Sample) -> float:
+        """Run one sample under one policy and append its records; returns its credit."""
         ctx = self.context(policy, sample)
         branches = policy == "mai" and self.branches
         start = time.perf_counter()
@@ -182,6 +181,7 @@ class _Evaluation:
             gold=sample.answer,
             kind=sample.kind,
             options=sample.options,
+            references=sample.references,
             digest=sample.digest(),
             meta=sample.meta,
         )
@@ -191,7 +191,7 @@ class _Evaluation:
         answer = out["answer"]
         if branches:
             answer = outcome(SampleRun(record, calls), self.base.replace(policy=policy)).answer
-        return score(answer, sample.answer, sample.kind, sample.options).correct
+        return sample.verdict(answer).credit
 
     async def _forks(
         self, thread: dict[str, Any], ctx: MAIContext
@@ -301,7 +301,7 @@ async def arun_eval(
     keep_ratios: Sequence[float] = (),
     progress: bool = True,
     data: str | None = None,
-    on_run: Callable[[str, Sample, bool], None] | None = None,
+    on_run: Callable[[str, Sample, float], None] | None = None,
 ) -> RunSummary:
     """Run ``policies`` over ``samples`` and append every generation to ``out_dir``.
 
@@ -319,7 +319,8 @@ async def arun_eval(
         keep_ratios: With ``branches``: more keep ratios to record transfer answers for.
         progress: Show a progress bar (on stderr).
         data: The dataset's path, noted in the records.
-        on_run: Called after each finished run with ``(policy, sample, correct)``.
+        on_run: Called after each finished run with ``(policy, sample, credit)``; the credit
+            is 1.0 or 0.0 (the VQA accuracy for questions with several human answers).
 
     Returns:
         A :class:`RunSummary`.
@@ -424,25 +425,26 @@ async def _run_policy(
     batch: list[Sample],
     concurrency: int,
     bar: Any,
-    on_run: Callable[[str, Sample, bool], None] | None,
+    on_run: Callable[[str, Sample, float], None] | None,
 ) -> None:
-    right = done = 0
+    right = 0.0
+    done = 0
     gate = asyncio.Semaphore(concurrency)
 
     async def one(sample: Sample) -> None:
         nonlocal right, done
         async with gate:
             try:
-                correct = await evaluation.run(policy, sample)
+                credit = await evaluation.run(policy, sample)
             except Exception as exc:
                 exc.add_note(f"while evaluating sample {sample.id!r} with policy {policy}")
                 raise
-        right += correct
+        right += credit
         done += 1
         bar.set_postfix(acc=f"{right / done:.3f}", refresh=False)
         bar.update(1)
         if on_run is not None:
-            on_run(policy, sample, correct)
+            on_run(policy, sample, credit)
 
     try:
         async with asyncio.TaskGroup() as group:

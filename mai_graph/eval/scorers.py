@@ -9,12 +9,17 @@ Per kind, following the benchmarks' usual conventions:
 - ``number`` (ChartQA): relaxed accuracy, right within 5% of the gold value; years, dates and
   times must match exactly.
 - ``text`` (VQA): exact match after VQA normalization (case, punctuation, articles, number
-  words).
+  words). With several human answers per question (VQAv2, TextVQA, VizWiz), the VQA accuracy
+  instead: for each answer left out, ``min(1, matches among the others / 3)``, averaged. An
+  answer three annotators gave earns full credit, one two gave about 0.6.
+
+Every verdict carries a ``credit`` in [0, 1] (0 or 1 except for the VQA accuracy); accuracies
+are mean credits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +28,13 @@ from mai_graph.answers import UNKNOWN, extract_answer, match_gold
 __all__ = [
     "GOLD_REL_TOL",
     "METRIC_NAMES",
+    "VQA_FULL_CREDIT",
     "Verdict",
+    "headline",
     "kind_metrics",
     "pope_metrics",
     "score",
+    "vqa_accuracy",
 ]
 
 GOLD_REL_TOL = 0.05
@@ -38,7 +46,11 @@ METRIC_NAMES = {
     "number": "relaxed_accuracy",
     "text": "exact_match",
 }
-"""The headline metric of each kind (all are the mean of per-sample verdicts)."""
+"""The headline metric of each kind (all are the mean of per-sample credits); a ``text`` group
+with several human answers per question reports ``vqa_accuracy`` instead."""
+
+VQA_FULL_CREDIT = 3
+"""Matching human answers that earn full credit in the VQA accuracy."""
 
 
 @dataclass(frozen=True)
@@ -46,25 +58,59 @@ class Verdict:
     """Whether one prediction is right, and the canonical forms compared."""
 
     correct: bool
+    """Full credit."""
     prediction: str
     """The canonical prediction (:data:`~mai_graph.answers.UNKNOWN` if unreadable)."""
+    credit: float
+    """1.0 or 0.0; the VQA accuracy in [0, 1] when the sample has several human answers."""
 
 
 def score(
-    prediction: str, gold: str, kind: str, options: Mapping[str, str] | None = None
+    prediction: str,
+    gold: str,
+    kind: str,
+    options: Mapping[str, str] | None = None,
+    references: Sequence[str] | None = None,
 ) -> Verdict:
-    """Score one model answer against its gold answer.
+    """Score one model answer against its gold answer (or its human answers, for VQA).
 
     >>> score("The answer is (B).", "B", "choice", {"A": "cat", "B": "dog"}).correct
     True
     >>> score("About 104", "100", "number").correct, score("2020", "2019", "number").correct
     (True, False)
+    >>> humans = ["two", "2", "2", "3", "2", "two", "3", "3", "2", "4"]
+    >>> [round(score(a, "2", "text", references=humans).credit, 2) for a in ("2", "3", "4")]
+    [1.0, 0.9, 0.3]
+
+    Args:
+        prediction: The model's answer.
+        gold: The dataset's answer.
+        kind: The sample's kind.
+        options: Multiple-choice options.
+        references: ``text`` samples: every human answer (two or more: VQA accuracy).
     """
     canonical = extract_answer(prediction, kind, options)
-    correct = canonical != UNKNOWN and match_gold(
-        prediction, gold, kind, options=options, rel_tol=GOLD_REL_TOL
-    )
-    return Verdict(bool(correct), canonical)
+    if canonical == UNKNOWN:
+        return Verdict(False, canonical, 0.0)
+    if references is not None and len(references) > 1:
+        credit = vqa_accuracy(prediction, references)
+        return Verdict(credit >= 1.0, canonical, credit)
+    correct = match_gold(prediction, gold, kind, options=options, rel_tol=GOLD_REL_TOL)
+    return Verdict(bool(correct), canonical, 1.0 if correct else 0.0)
+
+
+def vqa_accuracy(prediction: str, references: Sequence[str]) -> float:
+    """The VQA accuracy of one answer against its human answers (VQA-normalized).
+
+    Each human answer is left out in turn; the answer earns ``min(1, matches / 3)`` among the
+    others, and the credits are averaged (the VQA benchmark's definition).
+
+    >>> vqa_accuracy("Two", ["2"] * 3 + ["3"] * 7), vqa_accuracy("2", ["2"] * 4 + ["3"] * 6)
+    (0.9, 1.0)
+    """
+    hits = [match_gold(prediction, ref, "text") for ref in references]
+    total = sum(hits)
+    return sum(min(1.0, (total - hit) / VQA_FULL_CREDIT) for hit in hits) / len(hits)
 
 
 def pope_metrics(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -106,12 +152,23 @@ def pope_metrics(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
+def headline(kind: str, metrics: Mapping[str, Any]) -> tuple[str, float]:
+    """The name and value of the headline metric among one kind's :func:`kind_metrics`.
+
+    >>> headline("text", {"n": 2, "vqa_accuracy": 0.8, "unknown_ratio": 0.0})
+    ('vqa_accuracy', 0.8)
+    """
+    name = "vqa_accuracy" if "vqa_accuracy" in metrics else METRIC_NAMES.get(kind, "accuracy")
+    return name, metrics[name]
+
+
 def kind_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Metrics per answer kind from per-sample verdict rows.
 
-    Each row has ``kind``, ``correct``, ``prediction`` (canonical) and ``gold_canonical``.
-    ``choice`` → accuracy; ``yes_no`` → :func:`pope_metrics`; ``number`` → relaxed accuracy;
-    ``text`` → exact match.
+    Each row has ``kind``, ``credit``, ``prediction`` (canonical) and ``gold_canonical``, and
+    ``references`` (the human answers) when it has several. ``choice`` → accuracy; ``yes_no`` →
+    :func:`pope_metrics`; ``number`` → relaxed accuracy; ``text`` → exact match, or the VQA
+    accuracy when some question has several human answers.
     """
     by_kind: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
@@ -119,11 +176,14 @@ def kind_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
     out: dict[str, dict[str, Any]] = {}
     for kind, group in sorted(by_kind.items()):
         n = len(group)
-        right = sum(1 for r in group if r["correct"])
+        right = sum(r["credit"] for r in group)
+        name = METRIC_NAMES.get(kind, "accuracy")
+        if kind == "text" and any(len(r.get("references") or ()) > 1 for r in group):
+            name = "vqa_accuracy"
         if kind == "yes_no":
             metrics = pope_metrics((r["prediction"], r["gold_canonical"]) for r in group)
         else:
-            metrics = {"n": n, METRIC_NAMES.get(kind, "accuracy"): right / n}
+            metrics = {"n": n, name: right / n}
             metrics["unknown_ratio"] = sum(1 for r in group if r["prediction"] == UNKNOWN) / n
         out[kind] = metrics
     return out
