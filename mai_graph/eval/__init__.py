@@ -1,6 +1,7 @@
 """Evaluation: how much accuracy MAI keeps, at what share of large-model work, at what latency.
 
-- :func:`load_dataset` reads local files (mai-graph JSONL, MMBench TSV, POPE, ChartQA).
+- :func:`load_dataset` reads local files (mai-graph JSONL, MMBench TSV, POPE, ChartQA);
+  :func:`circular_variants` rotates multiple-choice options for MMBench's CircularEval.
 - :func:`run_eval` / :func:`arun_eval` run policies over a dataset and record every
   generation in an append-only ``records.jsonl`` (resumable).
 - :func:`build_report` / :func:`write_report` compute accuracy, latency, tokens, routes and
@@ -12,12 +13,13 @@ The command line is ``mai-graph eval``, ``mai-graph calibrate`` and ``mai-graph 
 """
 
 from mai_graph.eval.calibrate import CalibrationResult, Setting, calibrate, context_file
+from mai_graph.eval.circular import circular_variants
 from mai_graph.eval.datasets import Dataset, RowProblem, Sample, load_dataset
 from mai_graph.eval.records import RecordSet, read_records
 from mai_graph.eval.replay import Outcome, outcome, replay
 from mai_graph.eval.report import build_report, format_table, write_report
 from mai_graph.eval.runner import POLICIES, RunSummary, arun_eval, run_eval
-from mai_graph.eval.scorers import pope_metrics, score
+from mai_graph.eval.scorers import pope_metrics, score, vqa_accuracy
 from mai_graph.eval.simulate import SimConfig, expected, simulated_pair
 from mai_graph.eval.synthetic import make_synthetic
 
@@ -35,6 +37,7 @@ __all__ = [
     "arun_eval",
     "build_report",
     "calibrate",
+    "circular_variants",
     "context_file",
     "expected",
     "format_table",
@@ -47,5 +50,6 @@ __all__ = [
     "run_eval",
     "score",
     "simulated_pair",
+    "vqa_accuracy",
     "write_report",
 ]

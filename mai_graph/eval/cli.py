@@ -134,13 +134,18 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
     )
     for problem in dataset.problems:
         print(f"skipped: {problem}", file=sys.stderr)
-    small, large = _backends(args, dataset.samples)
+    samples = dataset.samples
+    if args.circular:
+        from mai_graph.eval.circular import circular_variants
+
+        samples = circular_variants(samples)
+    small, large = _backends(args, samples)
 
     async def go() -> Any:
         try:
             await start_backends(small, large)
             return await arun_eval(
-                dataset.samples,
+                samples,
                 small,
                 large,
                 out_dir=out,
@@ -300,6 +305,12 @@ def register(sub: Any) -> None:
     ev.add_argument("--image-root", help="folder of relative image paths (default: the file's)")
     ev.add_argument("--on-bad-row", default="skip", choices=["skip", "fail"])
     ev.add_argument("--limit", type=int, help="only the first N good samples")
+    ev.add_argument(
+        "--circular",
+        action="store_true",
+        help="MMBench's CircularEval: ask each multiple-choice question once per option, the "
+        "option texts rotated; it counts only if right every time (circular_accuracy)",
+    )
     ev.add_argument(
         "--policies",
         default="mai,small,large,small_cot,large_cot",

@@ -158,15 +158,32 @@ def headline(kind: str, metrics: Mapping[str, Any]) -> tuple[str, float]:
     >>> headline("text", {"n": 2, "vqa_accuracy": 0.8, "unknown_ratio": 0.0})
     ('vqa_accuracy', 0.8)
     """
-    name = "vqa_accuracy" if "vqa_accuracy" in metrics else METRIC_NAMES.get(kind, "accuracy")
+    name = next((k for k in _SPECIAL if k in metrics), METRIC_NAMES.get(kind, "accuracy"))
     return name, metrics[name]
+
+
+_SPECIAL = ("circular_accuracy", "vqa_accuracy")
+
+
+def _circular(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """MMBench's CircularEval over rows with a ``group`` (the question a rotation belongs to)."""
+    questions: dict[str, list[float]] = {}
+    for row in group:
+        if row.get("group") is not None:
+            questions.setdefault(str(row["group"]), []).append(float(row["credit"]))
+    if not questions:
+        return {}
+    right = sum(1 for credits in questions.values() if all(c >= 1.0 for c in credits))
+    return {"circular_accuracy": right / len(questions), "circular_questions": len(questions)}
 
 
 def kind_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Metrics per answer kind from per-sample verdict rows.
 
     Each row has ``kind``, ``credit``, ``prediction`` (canonical) and ``gold_canonical``, and
-    ``references`` (the human answers) when it has several. ``choice`` → accuracy; ``yes_no`` →
+    ``references`` (the human answers) when it has several, ``group`` when it is a rotation
+    of a multiple-choice question (:mod:`~mai_graph.eval.circular`). ``choice`` → accuracy
+    (per rotation), and MMBench's circular accuracy when rotated; ``yes_no`` →
     :func:`pope_metrics`; ``number`` → relaxed accuracy; ``text`` → exact match, or the VQA
     accuracy when some question has several human answers.
     """
@@ -184,6 +201,8 @@ def kind_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
             metrics = pope_metrics((r["prediction"], r["gold_canonical"]) for r in group)
         else:
             metrics = {"n": n, name: right / n}
+            if kind == "choice":
+                metrics.update(_circular(group))
             metrics["unknown_ratio"] = sum(1 for r in group if r["prediction"] == UNKNOWN) / n
         out[kind] = metrics
     return out

@@ -37,6 +37,7 @@ from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.eval.datasets import Sample
+from mai_graph.prompts import question_block
 
 __all__ = ["DRAWS", "SimConfig", "expected", "simulated_pair"]
 
@@ -216,7 +217,7 @@ class _Plan:
 
 
 class _Lookup:
-    """Finds the sample a request is about: its question text, then its image hash."""
+    """Finds the sample a request is about: its question text, its image hash, its options."""
 
     def __init__(self, samples: Sequence[Sample]) -> None:
         self.by_question: dict[str, list[Sample]] = {}
@@ -257,9 +258,11 @@ class _Lookup:
             return candidates[0]
         image = request.image
         sha = image["sha256"] if image is not None else None
-        for sample in candidates:
-            if self._image_hash(sample) == sha:
-                return sample
+        same = [sample for sample in candidates if self._image_hash(sample) == sha]
+        if len(same) > 1:  # e.g. rotations of one multiple-choice question: the options differ
+            same = [s for s in same if question_block(s.question, s.options) in text] or same
+        if same:
+            return same[0]
         raise BackendError(
             "simulated backend: no sample has this question and image",
             parameter="request",

@@ -1,0 +1,107 @@
+"""MMBench's CircularEval: rotations of multiple-choice questions, and the circular accuracy."""
+
+import json
+
+import pytest
+
+from mai_graph.backends.fake import ScriptedBackend
+from mai_graph.eval import (
+    SimConfig,
+    build_report,
+    circular_variants,
+    read_records,
+    run_eval,
+    simulated_pair,
+)
+from mai_graph.eval.circular import GROUP_KEY, SHIFT_KEY
+from mai_graph.eval.datasets import Sample
+from mai_graph.eval.scorers import headline, kind_metrics
+
+
+def _choice(id, answer, options, **meta):
+    return Sample(id=id, question=f"Question {id}?", kind="choice", answer=answer,
+                  options=options, meta=meta)  # fmt: skip
+
+
+def test_every_rotation_keeps_the_right_text_under_a_new_letter():
+    s = _choice("q", "c", {"A": "cat", "B": "dog", "C": "fox", "D": "owl"}, category="animals")
+    variants = circular_variants([s])
+    assert [v.id for v in variants] == ["q", "q@1", "q@2", "q@3"]
+    assert [v.answer for v in variants] == ["C", "B", "A", "D"]
+    assert all(v.options[v.answer] == "fox" for v in variants)
+    assert all(sorted(v.options.values()) == ["cat", "dog", "fox", "owl"] for v in variants)
+    assert variants[0].options == s.options  # rotation 0 is the question as given
+    assert [v.meta[SHIFT_KEY] for v in variants] == [0, 1, 2, 3]
+    assert {v.meta[GROUP_KEY] for v in variants} == {"q"}
+    assert all(v.meta["category"] == "animals" for v in variants)
+    assert len({v.digest() for v in variants}) == 4
+
+
+def test_letters_that_are_not_a_run_and_samples_that_are_not_rotated():
+    gap = _choice("gap", "E", {"A": "one", "C": "two", "E": "three"})
+    variants = circular_variants([gap])
+    assert [list(v.options) for v in variants] == [["A", "C", "E"]] * 3
+    assert [v.options[v.answer] for v in variants] == ["three"] * 3
+    yes = Sample(id="y", question="Is it?", kind="yes_no", answer="yes")
+    lone = _choice("lone", "A", {"A": "only"})
+    assert circular_variants([yes, lone]) == [yes, lone]
+
+
+def _run(tmp_path, samples, small, large):
+    run_eval(samples, small, large, out_dir=tmp_path, policies=["small", "mai"], progress=False)
+    return build_report(read_records(tmp_path))
+
+
+def test_a_model_that_always_says_a_fails_circular_eval(tmp_path):
+    questions = [
+        _choice(f"q{i}", "ABCD"[i % 4], {"A": "w", "B": "x", "C": "y", "D": "z"}) for i in range(6)
+    ]
+    report = _run(tmp_path, circular_variants(questions), ScriptedBackend("A"),
+                  ScriptedBackend("A"))  # fmt: skip
+    for policy in ("small", "mai"):
+        choice = report["policies"][policy]["by_kind"]["choice"]
+        assert choice["n"] == 24 and choice["circular_questions"] == 6
+        assert choice["accuracy"] == pytest.approx(0.25)  # one rotation in four says A
+        assert choice["circular_accuracy"] == 0.0
+        assert headline("choice", choice) == ("circular_accuracy", 0.0)
+    rows = [r for r in report["samples"] if r["policy"] == "mai"]
+    assert {r["group"] for r in rows} == {f"q{i}" for i in range(6)}
+
+
+def test_the_oracle_passes_every_rotation(tmp_path):
+    questions = [_choice(f"q{i}", "B", {"A": "w", "B": "x", "C": "y"}) for i in range(4)]
+    samples = circular_variants(questions)
+    small, large = simulated_pair(samples, SimConfig.oracle())
+    choice = _run(tmp_path, samples, small, large)["policies"]["mai"]["by_kind"]["choice"]
+    assert (choice["accuracy"], choice["circular_accuracy"]) == (1.0, 1.0)
+
+
+def test_circular_accuracy_needs_every_rotation_right():
+    rows = [
+        {"kind": "choice", "credit": c, "prediction": "A", "gold_canonical": "A", "group": g}
+        for g, c in [("a", 1.0), ("a", 1.0), ("b", 1.0), ("b", 0.0), ("c", 1.0)]
+    ]
+    m = kind_metrics(rows)["choice"]
+    assert m["circular_accuracy"] == pytest.approx(2 / 3) and m["circular_questions"] == 3
+    assert m["accuracy"] == pytest.approx(0.8)
+    plain = kind_metrics([{**r, "group": None} for r in rows])["choice"]
+    assert "circular_accuracy" not in plain
+
+
+def test_cli_circular_flag(tmp_path, capsys):
+    from mai_graph.cli import main
+
+    data = tmp_path / "data"
+    assert main(["synth-data", str(data), "--n", "6"]) == 0
+    rows = [json.loads(line) for line in (data / "data.jsonl").read_text().splitlines()]
+    options = sum(len(r["options"]) for r in rows if r.get("kind") == "choice")
+    assert options, "the synthetic set has multiple-choice questions"
+    out = tmp_path / "out"
+    argv = ["eval", "--data", str(data / "data.jsonl"), "--policies", "small", "--backend",
+            "oracle", "--circular", "--out", str(out), "--no-progress", "--no-plots"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    choice = report["policies"]["small"]["by_kind"]["choice"]
+    assert choice["n"] == options and choice["circular_accuracy"] == 1.0
+    assert "circular_accuracy 1.000" in (out / "report.md").read_text()
+    capsys.readouterr()
