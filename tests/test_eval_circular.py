@@ -5,6 +5,7 @@ import json
 import pytest
 
 from mai_graph.backends.fake import ScriptedBackend
+from mai_graph.errors import ConfigError
 from mai_graph.eval import (
     SimConfig,
     build_report,
@@ -13,8 +14,8 @@ from mai_graph.eval import (
     run_eval,
     simulated_pair,
 )
-from mai_graph.eval.circular import GROUP_KEY, SHIFT_KEY
-from mai_graph.eval.datasets import Sample
+from mai_graph.eval.circular import GROUP_KEY, ROTATIONS_KEY, SHIFT_KEY
+from mai_graph.eval.datasets import Sample, load_dataset
 from mai_graph.eval.scorers import headline, kind_metrics
 
 
@@ -32,6 +33,7 @@ def test_every_rotation_keeps_the_right_text_under_a_new_letter():
     assert all(sorted(v.options.values()) == ["cat", "dog", "fox", "owl"] for v in variants)
     assert variants[0].options == s.options  # rotation 0 is the question as given
     assert [v.meta[SHIFT_KEY] for v in variants] == [0, 1, 2, 3]
+    assert {v.meta[ROTATIONS_KEY] for v in variants} == {4}
     assert {v.meta[GROUP_KEY] for v in variants} == {"q"}
     assert all(v.meta["category"] == "animals" for v in variants)
     assert len({v.digest() for v in variants}) == 4
@@ -78,9 +80,11 @@ def test_the_oracle_passes_every_rotation(tmp_path):
 
 def test_circular_accuracy_needs_every_rotation_right():
     rows = [
-        {"kind": "choice", "credit": c, "prediction": "A", "gold_canonical": "A", "group": g}
-        for g, c in [("a", 1.0), ("a", 1.0), ("b", 1.0), ("b", 0.0), ("c", 1.0)]
-    ]
+        {"kind": "choice", "credit": c, "prediction": "A", "gold_canonical": "A", "group": g,
+         "rotation": k, "rotations": n}
+        for g, k, n, c in [("a", 0, 2, 1.0), ("a", 1, 2, 1.0), ("b", 0, 2, 1.0),
+                           ("b", 1, 2, 0.0), ("c", 0, 1, 1.0)]
+    ]  # fmt: skip
     m = kind_metrics(rows)["choice"]
     assert m["circular_accuracy"] == pytest.approx(2 / 3) and m["circular_questions"] == 3
     assert m["accuracy"] == pytest.approx(0.8)
@@ -105,3 +109,60 @@ def test_cli_circular_flag(tmp_path, capsys):
     assert choice["n"] == options and choice["circular_accuracy"] == 1.0
     assert "circular_accuracy 1.000" in (out / "report.md").read_text()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("gold", ["B", "b", "(B)", "B.", "dog", "B. dog"])
+def test_gold_answers_in_any_form_the_loader_accepts(gold):
+    s = _choice("q", gold, {"A": "cat", "B": "dog", "C": "fox"})
+    assert [v.options[v.answer] for v in circular_variants([s])] == ["dog"] * 3
+
+
+def test_a_plain_run_and_a_circular_run_do_not_share_a_folder(tmp_path):
+    questions = [_choice("q", "B", {"A": "w", "B": "x"})]
+    small, large = ScriptedBackend("B"), ScriptedBackend("B")
+    run_eval(questions, small, large, out_dir=tmp_path, policies=["small"], progress=False)
+    with pytest.raises(ConfigError, match="recorded from a different dataset row"):
+        run_eval(circular_variants(questions), small, large, out_dir=tmp_path,
+                 policies=["small"], progress=False)  # fmt: skip
+
+
+def test_questions_with_rotations_missing_are_left_out_and_counted(tmp_path):
+    questions = [_choice(f"q{i}", "B", {"A": "w", "B": "x", "C": "y"}) for i in range(3)]
+    variants = circular_variants(questions)
+    partial = [v for v in variants if v.id != "q2@2"]  # an interrupted run
+    small, large = simulated_pair(partial, SimConfig.oracle())
+    choice = _run(tmp_path, partial, small, large)["policies"]["small"]["by_kind"]["choice"]
+    assert (choice["circular_questions"], choice["circular_incomplete"]) == (2, 1)
+    assert choice["circular_accuracy"] == 1.0 and choice["n"] == 8
+
+
+def test_an_mmbench_file_with_its_own_rotations(tmp_path):
+    import base64
+    import csv
+
+    from PIL import Image
+
+    png = tmp_path / "p.png"
+    Image.new("RGB", (30, 20), (200, 20, 20)).save(png)  # scaled up by the graph
+    b64 = base64.b64encode(png.read_bytes()).decode()
+    header = ["index", "question", "A", "B", "C", "answer", "image"]
+    rows = [
+        ["7", "Which?", "cat", "dog", "fox", "B", b64],
+        ["1000007", "Which?", "dog", "fox", "cat", "A", "7"],
+        ["2000007", "Which?", "fox", "cat", "dog", "C", "7"],
+        ["8", "Alone?", "yes", "no", "", "A", b64],
+    ]
+    path = tmp_path / "mmbench.tsv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(header)
+        writer.writerows(rows)
+    samples = load_dataset(path).samples
+    meta = {s.id: (s.meta.get(GROUP_KEY), s.meta.get(SHIFT_KEY), s.meta.get(ROTATIONS_KEY))
+            for s in samples}  # fmt: skip
+    assert meta == {"7": ("7", 0, 3), "1000007": ("7", 1, 3), "2000007": ("7", 2, 3),
+                    "8": ("8", 0, 1)}  # fmt: skip
+    assert circular_variants(samples) == samples  # already rotated: left as they are
+    small, large = simulated_pair(samples, SimConfig.oracle())
+    choice = _run(tmp_path / "out", samples, small, large)["policies"]["mai"]["by_kind"]["choice"]
+    assert (choice["circular_accuracy"], choice["circular_questions"]) == (1.0, 2)

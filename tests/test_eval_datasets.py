@@ -227,3 +227,19 @@ def test_human_answers_are_part_of_the_digest(tmp_path):
     ).samples[0]
     assert first.answer == second.answer == plain.answer == "red"
     assert len({first.digest(), second.digest(), plain.digest()}) == 3
+
+
+def test_human_answers_that_normalize_to_nothing_count_but_never_match(tmp_path, caplog):
+    rows = [
+        {"id": "q", "question": "What?", "answer": ["the", "?", "cat", "cat", "cat", "cat"]},
+        {"id": "void", "question": "What?", "answer": ["the", "?", "..."]},
+        {"id": "few", "question": "Which?", "answer": ["dog", "dog", "dog"]},
+    ]
+    data = load_dataset(_jsonl(tmp_path / "d.jsonl", rows))
+    q, few = data.samples
+    assert q.answer == "cat" and len(q.references) == 6
+    assert q.verdict("cat").credit == 1.0  # 4 matches: every leave-one-out keeps 3
+    assert q.verdict("the").credit == 0.0 and q.verdict("?").credit == 0.0
+    assert "no answer of the list can be read" in data.problems[0].message
+    assert few.verdict("dog").credit == pytest.approx(2 / 3)  # three answers cap the credit
+    assert "1 question(s)" in caplog.text and "cannot reach 1" in caplog.text

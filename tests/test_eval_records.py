@@ -77,3 +77,16 @@ def test_a_redone_run_replaces_the_earlier_one(tmp_path):
 def test_missing_file_reads_empty(tmp_path):
     records = read_records(tmp_path / "nothing")
     assert records.runs == {} and records.problems == []
+
+
+def test_sample_lines_of_earlier_versions_still_load_and_score(tmp_path):
+    """A completion line written before human answers were recorded has no ``references``."""
+    line = _done("q").model_dump()
+    del line["references"]
+    (tmp_path / RECORDS_FILE).write_text(
+        json.dumps(_session().model_dump()) + "\n" + json.dumps(line) + "\n"
+    )
+    records = read_records(tmp_path)
+    record = records.runs["mai", "q"].record
+    assert record.references is None and records.problems == []
+    assert record.verdict("A").credit == 1.0 and record.verdict("B").credit == 0.0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import render, vocab_fingerprint
 from mai_graph.backends.vllm_teardown import (
     ENGINE_EXIT_GRACE_S,
+    REAP_GRACE_S,
     close_client,
     core_pids,
     reap,
@@ -169,6 +171,7 @@ class VLLMBackend:
         self._start_lock: asyncio.Lock | None = None
         self._processor: Any = None
         self._pids: list[int] = []
+        self._pids_seen = 0.0  # when the engine's processes were listed (they started before)
         self.max_restarts = max_restarts
         self.restarts = 0
         """How many times a dead engine was started again."""
@@ -295,6 +298,7 @@ class VLLMBackend:
                 ) from exc
             assert self._engine is not None
             self._pids = await asyncio.to_thread(with_children, core_pids(self._engine))
+            self._pids_seen = time.time()
             if self._death is not None:
                 self.restarts += 1
                 log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
@@ -335,8 +339,9 @@ class VLLMBackend:
             engine.shutdown(timeout=0)
         close_client(engine)
         if pids:
-            what = "a dead vLLM engine"
-            threading.Thread(target=reap, args=(pids, 5.0, what), daemon=True).start()
+            reaper = functools.partial(reap, pids, REAP_GRACE_S, "a dead vLLM engine",
+                                       since=self._pids_seen)  # fmt: skip
+            threading.Thread(target=reaper, daemon=True).start()
 
     def _dead_error(self, engine: AsyncLLM, request: GenerationRequest) -> BackendError:
         self._discard(engine, f"during request {request.request_id}")
@@ -395,7 +400,8 @@ class VLLMBackend:
         if engine is None or not self._owns_engine:
             return
         self._retired.add(engine)
-        stop_engine(engine, self._loop, pids, f"the vLLM engine of {self.model!r}")
+        what = f"the vLLM engine of {self.model!r}"
+        stop_engine(engine, self._loop, pids, what, self._pids_seen)
 
     def engine_processes(self) -> list[int]:
         """Process ids of the running engine's core process and its workers (empty if none)."""

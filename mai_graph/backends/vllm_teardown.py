@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENGINE_EXIT_GRACE_S",
+    "REAP_GRACE_S",
     "WAKE_INTERVAL_S",
     "close_client",
     "core_pids",
@@ -118,22 +119,27 @@ def _running(pid: int) -> bool:
         return False
 
 
-def reap(pids: list[int], grace_s: float, what: str) -> None:
+def reap(pids: list[int], grace_s: float, what: str, *, since: float | None = None) -> None:
     """Wait up to ``grace_s`` for ``pids`` to exit, then kill the rest (blocking).
 
-    ``what`` names the engine in the warning logged for each process killed.
+    ``what`` names the engine in the warning logged for each process killed. A process that
+    started after ``since`` (a time.time()) is another program that got a reused pid, and is
+    left alone.
     """
     import psutil
 
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(pid))
+            proc = psutil.Process(pid)
+            # create times come from the boot time in whole seconds: allow for that
+            if since is None or proc.create_time() <= since + 2.0:
+                procs.append(proc)
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             log.warning("killing process %d left behind by %s", proc.pid, what)
-            proc.kill()
+            proc.kill()  # psutil checks the process is still the one it was
     psutil.wait_procs(alive, timeout=grace_s)
 
 
@@ -161,24 +167,30 @@ def _waking(engine: AsyncLLM, loop: BackgroundLoop, cores: list[int]) -> Iterato
         waker.join()
 
 
-def stop_engine(engine: AsyncLLM, loop: BackgroundLoop | None, pids: list[int], what: str) -> None:
+def stop_engine(
+    engine: AsyncLLM, loop: BackgroundLoop | None, pids: list[int], what: str, since: float
+) -> None:
     """Stop an engine built on ``loop``: fail its requests, stop its processes, close its client.
 
-    Blocks until the engine's processes (``pids``: core and workers) have exited, at most
-    about :data:`ENGINE_EXIT_GRACE_S` plus :data:`REAP_GRACE_S`; the engine loop keeps serving
-    other engines meanwhile. Called on the engine loop itself (which cannot serve the nudges
-    then), the core may need the whole grace period.
+    Blocks until the engine's processes (``pids``: core and workers, all started before
+    ``since``) have exited: at most about :data:`ENGINE_EXIT_GRACE_S` plus twice
+    :data:`REAP_GRACE_S`; the engine loop keeps serving other engines meanwhile. Called on the
+    engine loop itself (which cannot serve the nudges then), the core may need the whole grace
+    period. The nudge reaches one engine core: with vLLM's data parallelism, the other cores
+    rely on the signal alone.
     """
-    if loop is not None and not loop._in_loop():
-        loop.run(_stop_output_handler(engine))
-        with _waking(engine, loop, core_pids(engine)):
+    try:
+        if loop is not None and not loop._in_loop():
+            loop.run(_stop_output_handler(engine))
+            with _waking(engine, loop, core_pids(engine)):
+                engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
+            # vLLM closes the client's sockets on the engine loop (queued by shutdown); the
+            # context is closed after them, in turn.
+            loop.run(_aclose_client(engine))
+        else:
+            end_running_requests(engine)
             engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
-        # vLLM closes the client's sockets on the engine loop (queued by shutdown); the
-        # context is closed after them, in turn.
-        loop.run(_aclose_client(engine))
-    else:
-        end_running_requests(engine)
-        engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
-        close_client(engine)
-    if pids:
-        reap(pids, REAP_GRACE_S, what)
+            close_client(engine)
+    finally:
+        if pids:
+            reap(pids, REAP_GRACE_S, what, since=since)

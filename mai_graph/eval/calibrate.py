@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
+from mai_graph.eval.datasets import GROUP_KEY
 from mai_graph.eval.records import CallRecord, RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, path_latency
 from mai_graph.gate import agreement_exits
@@ -163,11 +164,19 @@ def wilson_bounds(right: float, n: int, confidence: float) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def split_samples(ids: Iterable[str], share: float, seed: int = 0) -> tuple[list[str], list[str]]:
+def split_samples(
+    ids: Iterable[str], share: float, seed: int = 0, groups: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """Split sample ids into (calibration, held-out) by a hash of ``seed`` and the id.
+
+    ``groups`` maps ids that must stay on one side together (the rotations of a question) to
+    a shared key, which is hashed instead.
 
     >>> cal, held = split_samples([str(i) for i in range(1000)], 0.5)
     >>> 450 < len(cal) < 550 and not set(cal) & set(held)
+    True
+    >>> cal, held = split_samples(["q", "q@1", "r", "r@1"], 0.5, groups={"q@1": "q", "r@1": "r"})
+    >>> sorted(cal + held) == ["q", "q@1", "r", "r@1"] and ("q" in cal) == ("q@1" in cal)
     True
     """
     if not 0 < share < 1:
@@ -179,7 +188,8 @@ def split_samples(ids: Iterable[str], share: float, seed: int = 0) -> tuple[list
     cal: list[str] = []
     held: list[str] = []
     for sample_id in ids:
-        digest = hashlib.sha256(f"{seed}|{sample_id}".encode()).digest()
+        key = (groups or {}).get(sample_id, sample_id)
+        digest = hashlib.sha256(f"{seed}|{key}".encode()).digest()
         (cal if int.from_bytes(digest[:8], "big") / 2**64 < share else held).append(sample_id)
     return cal, held
 
@@ -390,7 +400,9 @@ def calibrate(
         )
     base = _base_context(records)
     table = {r.record.sample: Branches.of(r) for r in runs}
-    cal_ids, held_ids = split_samples(sorted(table), calibration_share, seed)
+    groups = {i: str(b.run.record.meta[GROUP_KEY]) for i, b in table.items()
+              if GROUP_KEY in b.run.record.meta}  # fmt: skip
+    cal_ids, held_ids = split_samples(sorted(table), calibration_share, seed, groups)
     if not cal_ids or not held_ids:
         raise ConfigError(
             f"{len(table)} samples are too few to split", parameter="records", fix="record more"

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mai_graph.eval.datasets import Sample
+from mai_graph.answers import canonical_gold
+from mai_graph.eval.datasets import GROUP_KEY, ROTATIONS_KEY, SHIFT_KEY, Sample
 
-__all__ = ["GROUP_KEY", "SHIFT_KEY", "circular_variants"]
-
-GROUP_KEY = "circular_group"
-"""``meta`` key of a rotation: the id of the question it was made from."""
-
-SHIFT_KEY = "circular_shift"
-"""``meta`` key of a rotation: by how many options the texts were rotated (0: as given)."""
+__all__ = ["GROUP_KEY", "ROTATIONS_KEY", "SHIFT_KEY", "circular_variants"]
 
 
 def _rotated(sample: Sample, shift: int) -> Sample:
@@ -27,8 +22,9 @@ def _rotated(sample: Sample, shift: int) -> Sample:
     texts = [sample.options[letter] for letter in letters]
     n = len(letters)
     options = {letters[i]: texts[(i + shift) % n] for i in range(n)}
-    answer = letters[(letters.index(sample.answer.strip().upper()) - shift) % n]
-    meta = {**sample.meta, GROUP_KEY: sample.id, SHIFT_KEY: shift}
+    gold = canonical_gold(sample.answer, "choice", sample.options)  # "(B)", "B." or the text
+    answer = letters[(letters.index(gold) - shift) % n]
+    meta = {**sample.meta, GROUP_KEY: sample.id, SHIFT_KEY: shift, ROTATIONS_KEY: n}
     suffix = f"@{shift}" if shift else ""
     return sample.model_copy(
         update={"id": f"{sample.id}{suffix}", "options": options, "answer": answer, "meta": meta}
@@ -39,7 +35,10 @@ def circular_variants(samples: Iterable[Sample]) -> list[Sample]:
     """Every multiple-choice sample in all its rotations; other samples as they are.
 
     The rotation by 0 keeps the sample's id; rotation ``k`` gets the id ``"{id}@{k}"``. Each
-    rotation's ``meta`` names its question (:data:`GROUP_KEY`) and shift (:data:`SHIFT_KEY`).
+    rotation's ``meta`` names its question (:data:`GROUP_KEY`), which rotation it is
+    (:data:`SHIFT_KEY`) and how many there are (:data:`ROTATIONS_KEY`); the digest includes
+    them, so records of the plain question and of its rotations never mix. Samples that are
+    rotations already (an MMBench file with its own) are kept as they are.
 
     >>> s = Sample(id="q", question="Which?", kind="choice", answer="B",
     ...            options={"A": "cat", "B": "dog", "C": "fox"})
@@ -48,7 +47,8 @@ def circular_variants(samples: Iterable[Sample]) -> list[Sample]:
     """
     out: list[Sample] = []
     for sample in samples:
-        if sample.kind != "choice" or not sample.options or len(sample.options) < 2:
+        rotated = GROUP_KEY in sample.meta
+        if rotated or sample.kind != "choice" or not sample.options or len(sample.options) < 2:
             out.append(sample)
             continue
         out += [_rotated(sample, shift) for shift in range(len(sample.options))]

@@ -35,6 +35,7 @@ import binascii
 import csv
 import hashlib
 import json
+import logging
 import re
 import sys
 from collections import Counter
@@ -49,8 +50,13 @@ from mai_graph.answers import canonical_gold, normalize_options
 from mai_graph.errors import ConfigError, MAIError
 from mai_graph.eval.scorers import Verdict, score
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "FORMATS",
+    "GROUP_KEY",
+    "ROTATIONS_KEY",
+    "SHIFT_KEY",
     "Dataset",
     "Format",
     "OnBadRow",
@@ -74,6 +80,18 @@ Format = Literal["auto", "jsonl", "mmbench", "pope", "chartqa"]
 """A dataset file format; ``auto`` decides by extension and the first record's fields."""
 
 FORMATS: tuple[str, ...] = get_args(Format)
+
+GROUP_KEY = "circular_group"
+"""``meta`` key of a rotation of a multiple-choice question: the id of the question."""
+
+SHIFT_KEY = "circular_shift"
+"""``meta`` key of a rotation: which rotation it is (0: the options as first given)."""
+
+ROTATIONS_KEY = "circular_rotations"
+"""``meta`` key of a rotation: how many rotations its question has."""
+
+_CIRCULAR_KEYS = (GROUP_KEY, SHIFT_KEY, ROTATIONS_KEY)
+_MMBENCH_COPY = 1_000_000  # MMBench numbers the k-th rotation of question i as k * 1e6 + i
 
 OnBadRow = Literal["skip", "fail"]
 """What a bad row does: ``skip`` (reported, dropped) or ``fail`` (the load raises)."""
@@ -124,6 +142,9 @@ class Sample(BaseModel):
         fields: list[Any] = [self.question, self.kind, self.answer, self.options, self.image]
         if self.references is not None:  # rows without them keep their digest
             fields.append(self.references)
+        rotation = {k: self.meta[k] for k in _CIRCULAR_KEYS if k in self.meta}
+        if rotation:  # a rotation never passes for the plain question (records do not mix)
+            fields.append(rotation)
         payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -243,6 +264,15 @@ def load_dataset(
         samples.append(row)
         if limit is not None and len(samples) >= limit:
             break
+    if fmt == "mmbench":
+        samples = _mmbench_rotations(samples)
+    few = [s.id for s in samples if s.references is not None and len(s.references) < 4]
+    if few:
+        log.warning(
+            "%d question(s) in %s have 2 or 3 human answers (e.g. %r): their VQA accuracy "
+            "cannot reach 1; give one answer where a single gold answer is meant",
+            len(few), file, few[0],
+        )  # fmt: skip
     if problems and on_bad_row == "fail":
         shown = "\n  ".join(str(p) for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
@@ -439,9 +469,50 @@ def _most_given(references: list[str]) -> str:
     >>> _most_given(["Two", "3", "2", "three"])
     'Two'
     """
-    counts = Counter(canonical_gold(ref, "text") for ref in references)
+    readable = {ref: _vqa_form(ref) for ref in references}
+    counts = Counter(form for form in readable.values() if form is not None)
+    if not counts:
+        raise _BadRow("no answer of the list can be read (all empty after VQA normalization)")
     top = max(counts.values())
-    return next(ref for ref in references if counts[canonical_gold(ref, "text")] == top)
+    return next(ref for ref, form in readable.items() if form is not None and counts[form] == top)
+
+
+def _vqa_form(answer: str) -> str | None:
+    """The VQA-normalized form of a human answer; None for one that normalizes to nothing."""
+    try:
+        return canonical_gold(answer, "text")
+    except MAIError:
+        return None
+
+
+def _mmbench_rotations(samples: list[Sample]) -> list[Sample]:
+    """Mark MMBench's own rotations: row ``k * 1e6 + i`` is rotation ``k`` of question ``i``.
+
+    A file without such rows is returned as it is (ask for rotations with ``--circular``).
+    """
+
+    def index(sample: Sample) -> int | None:
+        return int(sample.id) if sample.id.isdigit() else None
+
+    if not any((index(s) or 0) >= _MMBENCH_COPY for s in samples):
+        return samples
+    groups: dict[str, int] = {}
+    for sample in samples:
+        i = index(sample)
+        if i is not None:
+            group = str(i % _MMBENCH_COPY)
+            groups[group] = groups.get(group, 0) + 1
+    out = []
+    for sample in samples:
+        i = index(sample)
+        if i is None:
+            out.append(sample)
+            continue
+        group = str(i % _MMBENCH_COPY)
+        meta = {**sample.meta, GROUP_KEY: group, SHIFT_KEY: i // _MMBENCH_COPY,
+                ROTATIONS_KEY: groups[group]}  # fmt: skip
+        out.append(sample.model_copy(update={"meta": meta}))
+    return out
 
 
 # --- readers: each yields (location, Sample | _BadRow) ------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 from mai_graph.answers import canonical_gold
 from mai_graph.context import MAIContext
 from mai_graph.eval.calibrate import pareto_front, score_settings, settings_grid
-from mai_graph.eval.circular import GROUP_KEY
+from mai_graph.eval.datasets import GROUP_KEY, ROTATIONS_KEY, SHIFT_KEY
 from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
 from mai_graph.eval.scorers import headline, kind_metrics
@@ -90,6 +90,8 @@ def _verdict_row(run: SampleRun, out: Outcome) -> dict[str, Any]:
         "credit": verdict.credit,
         "references": rec.references,
         "group": rec.meta.get(GROUP_KEY),
+        "rotation": rec.meta.get(SHIFT_KEY),
+        "rotations": rec.meta.get(ROTATIONS_KEY),
         "latency_s": out.latency_s,
         "replayed": rec.branches,
     }

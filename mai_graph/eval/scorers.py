@@ -19,11 +19,13 @@ are mean credits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mai_graph.answers import UNKNOWN, extract_answer, match_gold
+from mai_graph.errors import MAIError
 
 __all__ = [
     "GOLD_REL_TOL",
@@ -61,8 +63,13 @@ class Verdict:
     """Full credit."""
     prediction: str
     """The canonical prediction (:data:`~mai_graph.answers.UNKNOWN` if unreadable)."""
-    credit: float
-    """1.0 or 0.0; the VQA accuracy in [0, 1] when the sample has several human answers."""
+    credit: float = math.nan
+    """1.0 or 0.0 (from ``correct`` when not given); the VQA accuracy in [0, 1] when the
+    sample has several human answers."""
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.credit):
+            object.__setattr__(self, "credit", 1.0 if self.correct else 0.0)
 
 
 def score(
@@ -108,7 +115,7 @@ def vqa_accuracy(prediction: str, references: Sequence[str]) -> float:
     >>> vqa_accuracy("Two", ["2"] * 3 + ["3"] * 7), vqa_accuracy("2", ["2"] * 4 + ["3"] * 6)
     (0.9, 1.0)
     """
-    hits = [match_gold(prediction, ref, "text") for ref in references]
+    hits = [_matches(prediction, ref) for ref in references]
     total = sum(hits)
     return sum(min(1.0, (total - hit) / VQA_FULL_CREDIT) for hit in hits) / len(hits)
 
@@ -152,6 +159,18 @@ def pope_metrics(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
+def _matches(prediction: str, reference: str) -> bool:
+    """VQA-normalized equality of a prediction and one human answer.
+
+    A human answer that normalizes to nothing ("the", "?") matches no prediction but still
+    counts among the answers, as in the benchmark's script.
+    """
+    try:
+        return match_gold(prediction, reference, "text")
+    except MAIError:
+        return False
+
+
 def headline(kind: str, metrics: Mapping[str, Any]) -> tuple[str, float]:
     """The name and value of the headline metric among one kind's :func:`kind_metrics`.
 
@@ -166,15 +185,27 @@ _SPECIAL = ("circular_accuracy", "vqa_accuracy")
 
 
 def _circular(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """MMBench's CircularEval over rows with a ``group`` (the question a rotation belongs to)."""
-    questions: dict[str, list[float]] = {}
+    """MMBench's CircularEval over the rows that are rotations (they have a ``group``).
+
+    A question counts once all its rotations (``rotations``, numbered by ``rotation``) have a
+    verdict, and is right when every one is; questions with rotations missing (an unfinished
+    run) are left out and counted in ``circular_incomplete``.
+    """
+    questions: dict[str, tuple[int, dict[int, float]]] = {}
     for row in group:
-        if row.get("group") is not None:
-            questions.setdefault(str(row["group"]), []).append(float(row["credit"]))
+        if row.get("group") is None:
+            continue
+        expected, seen = questions.setdefault(str(row["group"]), (int(row["rotations"]), {}))
+        seen[int(row["rotation"])] = float(row["credit"])
     if not questions:
         return {}
-    right = sum(1 for credits in questions.values() if all(c >= 1.0 for c in credits))
-    return {"circular_accuracy": right / len(questions), "circular_questions": len(questions)}
+    complete = [seen for expected, seen in questions.values() if len(seen) >= expected]
+    right = sum(1 for seen in complete if all(c >= 1.0 for c in seen.values()))
+    return {
+        "circular_accuracy": right / len(complete) if complete else 0.0,
+        "circular_questions": len(complete),
+        "circular_incomplete": len(questions) - len(complete),
+    }
 
 
 def kind_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

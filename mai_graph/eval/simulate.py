@@ -26,6 +26,7 @@ Everything is a deterministic function of ``seed`` and the sample id, whatever t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from typing import Any
 from mai_graph.answers import canonical_gold, canonical_number
 from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
-from mai_graph.errors import BackendError, ConfigError
+from mai_graph.errors import BackendError, ConfigError, MAIError
 from mai_graph.eval.datasets import Sample
 from mai_graph.prompts import question_block
 
@@ -173,8 +174,11 @@ def _wrong_answers(sample: Sample) -> list[str]:
         step = max(1.0, math.ceil(0.25 * abs(gold)))
         values = [gold + step, gold - step, gold + 2 * step, gold + 3 * step]
         return [_number_text(v) for v in values[:_NUMBER_DISTRACTORS]]
-    gold_norm = canonical_gold(sample.answer, "text")
-    return [w for w in _TEXT_DISTRACTORS if w != gold_norm][:8]
+    taken = {canonical_gold(sample.answer, "text")}
+    for ref in sample.references or ():  # no human answer gives a wrong answer partial credit
+        with contextlib.suppress(MAIError):
+            taken.add(canonical_gold(ref, "text"))
+    return [w for w in _TEXT_DISTRACTORS if w not in taken][:8]
 
 
 def _number_text(value: float) -> str:
@@ -229,8 +233,11 @@ class _Lookup:
     def _image_hash(self, sample: Sample) -> str | None:
         if sample.id not in self._hashes:
             from mai_graph.images import image_ref
+            from mai_graph.limits import fit_image
 
-            self._hashes[sample.id] = image_ref(sample.image)["sha256"] if sample.image else None
+            # as the graph sees it: a small image is scaled up first
+            ref = fit_image(image_ref(sample.image)) if sample.image else None
+            self._hashes[sample.id] = ref["sha256"] if ref is not None else None
         return self._hashes[sample.id]
 
     def find(self, request: GenerationRequest) -> Sample:

@@ -52,7 +52,7 @@ def test_eval_records_every_branch_and_resumes(engines, tmp_path):
     for policy, s in report["policies"].items():
         assert math.isclose(sum(r["share"] for r in s["routes"].values()), 1.0), policy
         rows = [r for r in report["samples"] if r["policy"] == policy]
-        assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(s["accuracy"])
+        assert sum(r["credit"] for r in rows) / len(rows) == pytest.approx(s["accuracy"])
         assert s["latency_s"]["mean"] > 0
     assert report["policies"]["large_cot"]["generated_tokens"]["large"] > 0
 
