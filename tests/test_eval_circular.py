@@ -160,9 +160,72 @@ def test_an_mmbench_file_with_its_own_rotations(tmp_path):
     samples = load_dataset(path).samples
     meta = {s.id: (s.meta.get(GROUP_KEY), s.meta.get(SHIFT_KEY), s.meta.get(ROTATIONS_KEY))
             for s in samples}  # fmt: skip
+    # question 8 has no rotations in the file: it stays a plain question
     assert meta == {"7": ("7", 0, 3), "1000007": ("7", 1, 3), "2000007": ("7", 2, 3),
-                    "8": ("8", 0, 1)}  # fmt: skip
-    assert circular_variants(samples) == samples  # already rotated: left as they are
+                    "8": (None, None, None)}  # fmt: skip
+    rotated = circular_variants(samples)  # the file's rotations are left as they are
+    assert [s.id for s in rotated] == ["7", "1000007", "2000007", "8", "8@1"]
     small, large = simulated_pair(samples, SimConfig.oracle())
     choice = _run(tmp_path / "out", samples, small, large)["policies"]["mai"]["by_kind"]["choice"]
-    assert (choice["circular_accuracy"], choice["circular_questions"]) == (1.0, 2)
+    assert (choice["circular_accuracy"], choice["circular_questions"]) == (1.0, 1)
+    assert choice["circular_incomplete"] == 0
+
+    # rows cut by --limit leave question 7 incomplete, not complete with fewer rotations
+    cut = load_dataset(path, limit=2).samples
+    assert [s.meta.get(ROTATIONS_KEY) for s in cut] == [3, 3]
+    small, large = simulated_pair(cut, SimConfig.oracle())
+    choice = _run(tmp_path / "cut", cut, small, large)["policies"]["mai"]["by_kind"]["choice"]
+    assert choice["circular_accuracy"] is None and choice["circular_incomplete"] == 1
+    assert headline("choice", choice) == ("accuracy", 1.0)
+
+
+def test_mmbench_rows_that_share_a_number_but_not_the_question_are_not_grouped(tmp_path):
+    import csv
+
+    header = ["index", "question", "A", "B", "answer", "image_path"]
+    png = tmp_path / "p.png"
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), (20, 200, 20)).save(png)
+    rows = [
+        ["5", "Which?", "cat", "dog", "A", str(png)],
+        ["1000005", "Which?", "dog", "cat", "B", str(png)],
+        ["2000005", "Another question?", "up", "down", "A", str(png)],
+    ]
+    path = tmp_path / "mmbench.tsv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(header)
+        writer.writerows(rows)
+    groups = {s.id: s.meta.get(GROUP_KEY) for s in load_dataset(path).samples}
+    assert groups == {"5": "5", "1000005": "5", "2000005": None}
+
+
+def test_questions_that_cannot_be_rotated_are_refused_with_the_reason():
+    twins = _choice("twins", "B", {"A": "cat", "B": "cat", "C": "dog"})
+    with pytest.raises(ConfigError, match="repeat an option text") as err:
+        circular_variants([twins])
+    assert "twins" in str(err.value)
+    q = _choice("q", "A", {"A": "x", "B": "y"})
+    named_like_a_rotation = _choice("q@1", "A", {"A": "u", "B": "v"})
+    with pytest.raises(ConfigError, match=r"rotation ids clash with sample ids: \['q@1'\]"):
+        circular_variants([q, named_like_a_rotation])
+
+
+def test_the_printed_table_shows_the_circular_accuracy(tmp_path):
+    from mai_graph.eval import format_table
+
+    questions = [_choice(f"q{i}", "A", {"A": "w", "B": "x"}) for i in range(3)]
+    report = _run(tmp_path, circular_variants(questions), ScriptedBackend("A"),
+                  ScriptedBackend("A"))  # fmt: skip
+    table = format_table(report)
+    assert "circular_accuracy (choice, 3 questions): small 0.000 · mai 0.000" in table
+
+
+def test_switching_a_folder_to_circular_names_the_reason(tmp_path):
+    questions = [_choice("q", "B", {"A": "w", "B": "x"})]
+    small, large = ScriptedBackend("B"), ScriptedBackend("B")
+    run_eval(questions, small, large, out_dir=tmp_path, policies=["small"], progress=False)
+    with pytest.raises(ConfigError, match="recorded without --circular, asked with it"):
+        run_eval(circular_variants(questions), small, large, out_dir=tmp_path,
+                 policies=["small"], progress=False)  # fmt: skip

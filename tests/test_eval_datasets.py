@@ -203,7 +203,8 @@ def test_jsonl_rows_with_several_human_answers_are_vqa_questions(tmp_path):
     )  # fmt: skip
     data = load_dataset(path)
     by_id = {s.id: s for s in data.samples}
-    assert sorted(by_id) == ["many", "objs", "one", "tie"]
+    assert sorted(by_id) == ["blank", "many", "objs", "one", "tie"]
+    assert by_id["blank"].references == ["2", "", "3"]  # counts, matches nothing
     many = by_id["many"]
     assert many.kind == "text" and many.answer == "2" and len(many.references) == 10
     assert by_id["objs"].answer == "Red" and by_id["objs"].references == ["Red", "red", "maroon"]
@@ -213,8 +214,8 @@ def test_jsonl_rows_with_several_human_answers_are_vqa_questions(tmp_path):
     found = {p.location: p.message for p in data.problems}
     assert "a list of answers is for kind text (VQA accuracy), not number" in found[5]
     assert "the list of answers is empty" in found[6]
-    assert "missing answer 2 of the list" in found[7]
-    assert "missing answer 2 of the list" in found[8]
+    assert "answer 2 of the list is not text (got an object without an 'answer' field)" in found[8]
+    assert sorted(found) == [5, 6, 8]
 
 
 def test_human_answers_are_part_of_the_digest(tmp_path):
@@ -243,3 +244,33 @@ def test_human_answers_that_normalize_to_nothing_count_but_never_match(tmp_path,
     assert "no answer of the list can be read" in data.problems[0].message
     assert few.verdict("dog").credit == pytest.approx(2 / 3)  # three answers cap the credit
     assert "1 question(s)" in caplog.text and "cannot reach 1" in caplog.text
+
+
+def test_answer_lists_and_reserved_fields_that_are_refused(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(
+        '{"id": "nan", "question": "How many?", "answer": NaN}\n'
+        '{"id": "inf", "question": "How many?", "answer": ["2", Infinity]}\n'
+        '{"id": "bool", "question": "What?", "answer": ["x", true]}\n'
+        '{"id": "nested", "question": "What?", "answer": ["x", ["y"]]}\n'
+        '{"id": "opts", "question": "Which?", "options": {"A": "x", "B": "y"}, '
+        '"answer": ["A", "B"]}\n'
+        '{"id": "group", "question": "What?", "answer": "x", "circular_group": "zzz"}\n'
+        '{"id": "big", "question": "How many?", "answer": 1e300}\n'
+    )
+    data = load_dataset(path)
+    found = {p.location: p.message for p in data.problems}
+    assert "answer is nan, not a value" in found[1]
+    assert "answer 2 of the list is inf, not a value" in found[2]
+    assert "answer 2 of the list is not text (got bool)" in found[3]
+    assert "answer 2 of the list is not text (got list)" in found[4]
+    assert "a row with options is multiple choice and needs one gold letter" in found[5]
+    assert "'circular_group' is reserved for CircularEval's rotations" in found[6]
+    (big,) = data.samples
+    assert big.answer == "1e+300"
+
+
+def test_no_usable_samples_shows_the_reasons(tmp_path):
+    path = _jsonl(tmp_path / "d.jsonl", [{"id": "a", "answer": "x"}])
+    with pytest.raises(ConfigError, match=r"no usable samples .*\n  .*line 1: missing question"):
+        load_dataset(path)

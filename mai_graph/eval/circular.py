@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mai_graph.answers import canonical_gold
+from mai_graph.errors import ConfigError
 from mai_graph.eval.datasets import GROUP_KEY, ROTATIONS_KEY, SHIFT_KEY, Sample
 
 __all__ = ["GROUP_KEY", "ROTATIONS_KEY", "SHIFT_KEY", "circular_variants"]
@@ -45,11 +46,47 @@ def circular_variants(samples: Iterable[Sample]) -> list[Sample]:
     >>> [(v.id, v.answer, v.options[v.answer]) for v in circular_variants([s])]
     [('q', 'B', 'dog'), ('q@1', 'A', 'dog'), ('q@2', 'C', 'dog')]
     """
+    samples = list(samples)
+    repeated = [s.id for s in samples if _rotatable(s) and _repeats_a_text(s)]
+    if repeated:
+        raise ConfigError(
+            f"{len(repeated)} multiple-choice question(s) repeat an option text (e.g. "
+            f"{repeated[0]!r}): their rotations cannot be told apart, so no model could pass "
+            "them in every rotation",
+            parameter="data",
+            value=repeated[:10],
+            fix="make the option texts of these questions distinct, or drop the questions",
+        )
     out: list[Sample] = []
     for sample in samples:
-        rotated = GROUP_KEY in sample.meta
-        if rotated or sample.kind != "choice" or not sample.options or len(sample.options) < 2:
+        if not _rotatable(sample):
             out.append(sample)
             continue
+        assert sample.options is not None
         out += [_rotated(sample, shift) for shift in range(len(sample.options))]
+    ids = [s.id for s in out]
+    clash = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if clash:
+        raise ConfigError(
+            f"rotation ids clash with sample ids: {clash[:5]} (rotation k of question ID is "
+            "named ID@k)",
+            parameter="data",
+            value=clash[:10],
+            fix="rename the samples whose ids end in @ and a number",
+        )
     return out
+
+
+def _repeats_a_text(sample: Sample) -> bool:
+    texts = list((sample.options or {}).values())
+    return len(set(texts)) < len(texts)
+
+
+def _rotatable(sample: Sample) -> bool:
+    """A multiple-choice question with two or more options that is not a rotation already."""
+    return (
+        GROUP_KEY not in sample.meta
+        and sample.kind == "choice"
+        and sample.options is not None
+        and len(sample.options) >= 2
+    )

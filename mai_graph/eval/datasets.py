@@ -36,6 +36,7 @@ import csv
 import hashlib
 import json
 import logging
+import math
 import re
 import sys
 from collections import Counter
@@ -283,8 +284,9 @@ def load_dataset(
             fix="fix the rows, or skip them (--on-bad-row skip)",
         )
     if not samples:
+        shown = "".join(f"\n  {p}" for p in problems[:5])
         raise ConfigError(
-            f"no usable samples in {file} ({len(problems)} bad rows)",
+            f"no usable samples in {file} ({len(problems)} bad rows){shown}",
             parameter="data",
             value=str(file),
             fix="check the file's format (--format) and its rows",
@@ -346,10 +348,19 @@ def _text(value: Any, name: str) -> str:
     if isinstance(value, bool) or value is None:
         raise _BadRow(f"missing {name}")
     if isinstance(value, int | float):
-        value = str(int(value)) if float(value).is_integer() else str(value)
+        value = _number_text(value, name)
     if not isinstance(value, str) or not value.strip():
         raise _BadRow(f"missing {name}")
     return value.strip()
+
+
+def _number_text(value: float, name: str) -> str:
+    """A JSON number as the text a dataset means by it (``3``, ``2.5``, ``1e+20``)."""
+    if not math.isfinite(value):
+        raise _BadRow(f"{name} is {value}, not a value (NaN and Infinity are not answers)")
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:g}" if abs(value) >= 1e15 else str(value)
 
 
 def _infer_kind(answer: str, options: Mapping[str, str] | None) -> str:
@@ -422,6 +433,13 @@ def _sample(
         opts = normalize_options(options)
     except MAIError as exc:
         raise _BadRow(f"bad options: {exc}") from None
+    reserved = sorted(set(meta or {}) & set(_CIRCULAR_KEYS))
+    if reserved:
+        raise _BadRow(f"field {reserved[0]!r} is reserved for CircularEval's rotations; "
+                      "rename it")  # fmt: skip
+    if references and opts and kind is None:
+        raise _BadRow("a list of answers is for text questions (VQA accuracy); a row with "
+                      "options is multiple choice and needs one gold letter")  # fmt: skip
     if kind is None:
         kind = "text" if references else _infer_kind(gold, opts)
     if references and kind != "text":
@@ -451,30 +469,42 @@ def _sample(
 
 
 def _answer_list(answer: Any) -> list[str] | None:
-    """The answers of a row whose ``answer`` is a list (None when it is not a list)."""
+    """The answers of a row whose ``answer`` is a list (None when it is not a list).
+
+    An empty human answer stays in the list (it matches nothing but counts among the
+    answers, as in the VQA benchmark's script).
+    """
     if not isinstance(answer, list):
         return None
-    refs = [
-        _text(item.get("answer") if isinstance(item, dict) else item, f"answer {i + 1} of the list")
-        for i, item in enumerate(answer)
-    ]
-    if not refs:
+    if not answer:
         raise _BadRow("missing answer: the list of answers is empty")
+    refs = []
+    for i, item in enumerate(answer, start=1):
+        value = item.get("answer") if isinstance(item, dict) else item
+        if isinstance(value, str):
+            refs.append(value.strip())
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            refs.append(_number_text(value, f"answer {i} of the list"))
+        else:
+            got = "an object without an 'answer' field" if isinstance(item, dict) else (
+                type(value).__name__)  # fmt: skip
+            raise _BadRow(f"answer {i} of the list is not text (got {got})")
     return refs
 
 
 def _most_given(references: list[str]) -> str:
     """The answer most annotators gave (VQA-normalized; the first such as written).
 
-    >>> _most_given(["Two", "3", "2", "three"])
-    'Two'
+    >>> _most_given(["Two", "3", "2", "three"]), _most_given(["yes"] * 9 + ["no", "No"])
+    ('Two', 'yes')
     """
-    readable = {ref: _vqa_form(ref) for ref in references}
-    counts = Counter(form for form in readable.values() if form is not None)
+    forms = [_vqa_form(ref) for ref in references]
+    counts = Counter(form for form in forms if form is not None)
     if not counts:
         raise _BadRow("no answer of the list can be read (all empty after VQA normalization)")
     top = max(counts.values())
-    return next(ref for ref, form in readable.items() if form is not None and counts[form] == top)
+    return next(ref for ref, form in zip(references, forms, strict=True)
+                if form is not None and counts[form] == top)  # fmt: skip
 
 
 def _vqa_form(answer: str) -> str | None:
@@ -488,29 +518,43 @@ def _vqa_form(answer: str) -> str | None:
 def _mmbench_rotations(samples: list[Sample]) -> list[Sample]:
     """Mark MMBench's own rotations: row ``k * 1e6 + i`` is rotation ``k`` of question ``i``.
 
-    A file without such rows is returned as it is (ask for rotations with ``--circular``).
+    A row joins its question's group only when it asks the same question over the same
+    option texts as the group's first row; a question expects one rotation per option, so
+    one with rows missing (skipped as bad, or cut by ``limit``) is reported incomplete. A
+    question the file gives no rotations of, and a file without any, stay plain (ask for
+    rotations with ``--circular``).
     """
 
     def index(sample: Sample) -> int | None:
-        return int(sample.id) if sample.id.isdigit() else None
+        return int(sample.id) if sample.id.isascii() and sample.id.isdigit() else None
 
     if not any((index(s) or 0) >= _MMBENCH_COPY for s in samples):
         return samples
-    groups: dict[str, int] = {}
-    for sample in samples:
+    first: dict[int, Sample] = {}
+    for sample in sorted(samples, key=lambda s: index(s) or 0):
         i = index(sample)
         if i is not None:
-            group = str(i % _MMBENCH_COPY)
-            groups[group] = groups.get(group, 0) + 1
+            first.setdefault(i % _MMBENCH_COPY, sample)
+
+    def same_question(a: Sample, b: Sample) -> bool:
+        texts = sorted((a.options or {}).values()), sorted((b.options or {}).values())
+        return a.question == b.question and texts[0] == texts[1]
+
+    def member(sample: Sample) -> bool:
+        i = index(sample)
+        if i is None or sample.kind != "choice" or not sample.options:
+            return False
+        return same_question(sample, first[i % _MMBENCH_COPY])  # not another question
+
+    sizes = Counter(int(s.id) % _MMBENCH_COPY for s in samples if member(s))
     out = []
     for sample in samples:
-        i = index(sample)
-        if i is None:
-            out.append(sample)
+        if not member(sample) or sizes[int(sample.id) % _MMBENCH_COPY] < 2:
+            out.append(sample)  # a question the file gives no rotations of stays plain
             continue
-        group = str(i % _MMBENCH_COPY)
-        meta = {**sample.meta, GROUP_KEY: group, SHIFT_KEY: i // _MMBENCH_COPY,
-                ROTATIONS_KEY: groups[group]}  # fmt: skip
+        i, n = int(sample.id), len(sample.options or {})
+        meta = {**sample.meta, GROUP_KEY: str(i % _MMBENCH_COPY),
+                SHIFT_KEY: i // _MMBENCH_COPY, ROTATIONS_KEY: n}  # fmt: skip
         out.append(sample.model_copy(update={"meta": meta}))
     return out
 

@@ -28,7 +28,7 @@ from typing import Any, get_args, get_type_hints
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
 from mai_graph.errors import ConfigError
-from mai_graph.eval.datasets import Sample
+from mai_graph.eval.datasets import GROUP_KEY, Sample
 from mai_graph.eval.records import (
     CallRecord,
     RecordWriter,
@@ -372,11 +372,16 @@ async def arun_eval(
     by_id = {s.id: s for s in samples}
     for (_, sample_id), run in existing.runs.items():
         if sample_id in by_id and run.record.digest != by_id[sample_id].digest():
+            was, now = GROUP_KEY in run.record.meta, GROUP_KEY in by_id[sample_id].meta
+            why = ""
+            if was != now:
+                why = f" (recorded {'with' if was else 'without'} --circular, asked " \
+                      f"{'with' if now else 'without'} it)"  # fmt: skip
             raise ConfigError(
-                f"sample {sample_id!r} in {folder} was recorded from a different dataset row",
+                f"sample {sample_id!r} in {folder} was recorded from a different dataset row{why}",
                 parameter="data",
                 value=sample_id,
-                fix="use a new output folder for a changed dataset",
+                fix="use a new output folder for a changed dataset or another --circular",
             )
     summary = RunSummary(folder, problems=list(existing.problems))
     todo = [

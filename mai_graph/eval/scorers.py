@@ -177,7 +177,9 @@ def headline(kind: str, metrics: Mapping[str, Any]) -> tuple[str, float]:
     >>> headline("text", {"n": 2, "vqa_accuracy": 0.8, "unknown_ratio": 0.0})
     ('vqa_accuracy', 0.8)
     """
-    name = next((k for k in _SPECIAL if k in metrics), METRIC_NAMES.get(kind, "accuracy"))
+    name = next(
+        (k for k in _SPECIAL if metrics.get(k) is not None), METRIC_NAMES.get(kind, "accuracy")
+    )
     return name, metrics[name]
 
 
@@ -189,20 +191,24 @@ def _circular(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     A question counts once all its rotations (``rotations``, numbered by ``rotation``) have a
     verdict, and is right when every one is; questions with rotations missing (an unfinished
-    run) are left out and counted in ``circular_incomplete``.
+    run) are left out and counted in ``circular_incomplete``. ``circular_accuracy`` is None
+    when no question is complete.
     """
     questions: dict[str, tuple[int, dict[int, float]]] = {}
     for row in group:
         if row.get("group") is None:
-            continue
-        expected, seen = questions.setdefault(str(row["group"]), (int(row["rotations"]), {}))
-        seen[int(row["rotation"])] = float(row["credit"])
+            continue  # not a rotation
+        try:
+            key, expected, rotation = str(row["group"]), int(row["rotations"]), int(row["rotation"])
+        except (KeyError, TypeError, ValueError):
+            continue  # not a rotation a run of this version wrote
+        questions.setdefault(key, (expected, {}))[1][rotation] = float(row["credit"])
     if not questions:
         return {}
     complete = [seen for expected, seen in questions.values() if len(seen) >= expected]
     right = sum(1 for seen in complete if all(c >= 1.0 for c in seen.values()))
     return {
-        "circular_accuracy": right / len(complete) if complete else 0.0,
+        "circular_accuracy": right / len(complete) if complete else None,
         "circular_questions": len(complete),
         "circular_incomplete": len(questions) - len(complete),
     }
