@@ -143,3 +143,32 @@ def test_simulated_wrong_numbers_are_wrong_for_every_gold_form(gold):
 
     wrong = _wrong_answers(Sample(id="x", question="q", kind="number", answer=gold))
     assert wrong and not any(match_gold(w, gold, "number") for w in wrong)
+
+
+def test_expected_accuracy_accounts_for_vqa_credits(tmp_path):
+    """Questions whose human answers rarely agree: a right answer earns 5/6, not 1."""
+    samples = [
+        Sample(
+            id=f"v{i}",
+            question=f"What colour is thing {i}?",
+            kind="text",
+            answer="red",
+            references=["red"] * 3 + ["blue"] * 2 + ["pink"],
+        )  # fmt: skip
+        for i in range(400)
+    ]
+    config = SimConfig(seed=5)
+    want = expected(samples, config)
+    assert want["accuracy"]["large"] == pytest.approx(config.large * 5 / 6)
+    small, large = simulated_pair(samples, config)
+    run_eval(samples, small, large, out_dir=tmp_path, policies=["large", "mai"], concurrency=8,
+             progress=False)  # fmt: skip
+    report = build_report(read_records(tmp_path))
+    _within(report["policies"]["mai"]["accuracy"], want["accuracy"]["mai"],
+            want["mai_accuracy_sd"])  # fmt: skip
+    p = config.large
+    _within(report["policies"]["large"]["accuracy"], want["accuracy"]["large"],
+            5 / 6 * math.sqrt(p * (1 - p) / len(samples)))  # fmt: skip
+    # a wrong answer never matches a human answer: credits are 0 or 5/6
+    credits = {round(r["credit"], 6) for r in report["samples"]}
+    assert credits <= {0.0, round(5 / 6, 6)}

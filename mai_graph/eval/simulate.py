@@ -423,28 +423,34 @@ def expected(
     Returns:
         ``{"accuracy": {policy: value}, "routes": {route: share}, "mai_accuracy_sd": sd}``:
         MAI's accuracy and route shares, the baselines' accuracies (their configured
-        probabilities), and the standard deviation of MAI's measured accuracy over these
-        samples (for sampling-error bounds).
+        probabilities, times the mean credit of a right answer: below 1 only for questions
+        whose human answers rarely agree), and the standard deviation of MAI's measured
+        accuracy over these samples (for sampling-error bounds).
     """
     n = len(samples)
     if n == 0:
         raise ConfigError("expected() needs samples", parameter="samples")
     cache: dict[int, dict[str, float]] = {}
     totals = dict.fromkeys(("agree", "extract_agree", "transfer", "accuracy"), 0.0)
-    variance = 0.0
+    variance = credits = 0.0
     for sample in samples:
         m = len(_wrong_answers(sample))
         if m not in cache:
             cache[m] = _sample_expectation(config, m, s2_exit)
+        # a right answer earns less than 1 where few annotators agree (VQA accuracy)
+        credit = sample.verdict(_right_text(sample)).credit
+        credits += credit
         for key, value in cache[m].items():
-            totals[key] += value
-        variance += cache[m]["accuracy"] * (1 - cache[m]["accuracy"])
+            totals[key] += value * credit if key == "accuracy" else value
+        p = cache[m]["accuracy"]
+        variance += credit * credit * p * (1 - p)
+    mean_credit = credits / n
     accuracy = {
         "mai": totals["accuracy"] / n,
-        "small": config.small,
-        "large": config.large,
-        "small_cot": config.small_cot,
-        "large_cot": config.large_cot,
+        "small": config.small * mean_credit,
+        "large": config.large * mean_credit,
+        "small_cot": config.small_cot * mean_credit,
+        "large_cot": config.large_cot * mean_credit,
     }
     routes = {k: totals[k] / n for k in ("agree", "extract_agree", "transfer")}
     return {"accuracy": accuracy, "routes": routes, "mai_accuracy_sd": math.sqrt(variance) / n}
