@@ -219,13 +219,52 @@ def test_the_printed_table_shows_the_circular_accuracy(tmp_path):
     report = _run(tmp_path, circular_variants(questions), ScriptedBackend("A"),
                   ScriptedBackend("A"))  # fmt: skip
     table = format_table(report)
-    assert "circular_accuracy (choice, 3 questions): small 0.000 · mai 0.000" in table
+    assert ("circular_accuracy (choice) (questions right in every rotation): small 0.000 of 3 "
+            "· mai 0.000 of 3") in table  # fmt: skip
 
 
 def test_switching_a_folder_to_circular_names_the_reason(tmp_path):
     questions = [_choice("q", "B", {"A": "w", "B": "x"})]
     small, large = ScriptedBackend("B"), ScriptedBackend("B")
     run_eval(questions, small, large, out_dir=tmp_path, policies=["small"], progress=False)
-    with pytest.raises(ConfigError, match="recorded without --circular, asked with it"):
+    with pytest.raises(ConfigError, match=r"recorded as a plain question, asked as a rotation"):
         run_eval(circular_variants(questions), small, large, out_dir=tmp_path,
                  policies=["small"], progress=False)  # fmt: skip
+
+
+def test_the_printed_table_gives_each_policy_its_own_counts(tmp_path):
+    from mai_graph.eval import format_table
+
+    questions = [_choice(f"q{i}", "A", {"A": "w", "B": "x"}) for i in range(2)]
+    variants = circular_variants(questions)
+    small, large = simulated_pair(variants, SimConfig.oracle())
+    run_eval(variants, small, large, out_dir=tmp_path, policies=["small"], progress=False)
+    run_eval(variants[:1], small, large, out_dir=tmp_path, policies=["mai"], progress=False)
+    table = format_table(build_report(read_records(tmp_path)))
+    assert "small 1.000 of 2 · mai - of 0 (+1 incomplete)" in table
+
+
+def test_an_mmbench_file_cut_by_limit_resumes_with_the_whole_file(tmp_path):
+    import csv
+
+    from PIL import Image
+
+    png = tmp_path / "p.png"
+    Image.new("RGB", (64, 48), (20, 20, 200)).save(png)
+    rows = [["1", "Which?", "cat", "dog", "A", str(png)],
+            ["2", "Where?", "up", "down", "B", str(png)],
+            ["1000001", "Which?", "dog", "cat", "B", str(png)],
+            ["1000002", "Where?", "down", "up", "A", str(png)]]  # fmt: skip
+    path = tmp_path / "mmbench.tsv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(["index", "question", "A", "B", "answer", "image_path"])
+        writer.writerows(rows)
+    first = load_dataset(path, limit=2).samples  # the base rows only: still rotations
+    assert [s.meta[ROTATIONS_KEY] for s in first] == [2, 2]
+    whole = load_dataset(path).samples
+    small, large = simulated_pair(whole, SimConfig.oracle())
+    run_eval(first, small, large, out_dir=tmp_path / "out", policies=["small"], progress=False)
+    done = run_eval(whole, small, large, out_dir=tmp_path / "out", policies=["small"],
+                    progress=False)  # fmt: skip
+    assert (done.skipped, done.done) == (2, 2)

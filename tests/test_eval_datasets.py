@@ -232,14 +232,15 @@ def test_human_answers_are_part_of_the_digest(tmp_path):
 
 def test_human_answers_that_normalize_to_nothing_count_but_never_match(tmp_path, caplog):
     rows = [
-        {"id": "q", "question": "What?", "answer": ["the", "?", "cat", "cat", "cat", "cat"]},
+        {"id": "q", "question": "What?", "answer": ["the", "?", "cat", "cat", "cat"]},
         {"id": "void", "question": "What?", "answer": ["the", "?", "..."]},
         {"id": "few", "question": "Which?", "answer": ["dog", "dog", "dog"]},
     ]
     data = load_dataset(_jsonl(tmp_path / "d.jsonl", rows))
     q, few = data.samples
-    assert q.answer == "cat" and len(q.references) == 6
-    assert q.verdict("cat").credit == 1.0  # 4 matches: every leave-one-out keeps 3
+    assert q.answer == "cat" and len(q.references) == 5
+    # the two unreadable answers count: 3 x (2/3) + 2 x (3/3) over 5 (2/3 if they were dropped)
+    assert q.verdict("cat").credit == pytest.approx(0.8)
     assert q.verdict("the").credit == 0.0 and q.verdict("?").credit == 0.0
     assert "no answer of the list can be read" in data.problems[0].message
     assert few.verdict("dog").credit == pytest.approx(2 / 3)  # three answers cap the credit
@@ -257,17 +258,24 @@ def test_answer_lists_and_reserved_fields_that_are_refused(tmp_path):
         '"answer": ["A", "B"]}\n'
         '{"id": "group", "question": "What?", "answer": "x", "circular_group": "zzz"}\n'
         '{"id": "big", "question": "How many?", "answer": 1e300}\n'
+        '{"id": 1000000000000001, "question": "How many?", "answer": 9007199254740993}\n'
+        '{"id": 1000000000000002, "question": "How many?", "answer": 1' + "0" * 400 + "}\n"
+        '{"id": "null", "question": "What?", "answer": ["x", {"answer": null}]}\n'
     )
     data = load_dataset(path)
     found = {p.location: p.message for p in data.problems}
-    assert "answer is nan, not a value" in found[1]
+    assert "answer is nan, not a value (NaN and Infinity are not allowed)" in found[1]
     assert "answer 2 of the list is inf, not a value" in found[2]
     assert "answer 2 of the list is not text (got bool)" in found[3]
     assert "answer 2 of the list is not text (got list)" in found[4]
     assert "a row with options is multiple choice and needs one gold letter" in found[5]
     assert "'circular_group' is reserved for CircularEval's rotations" in found[6]
-    (big,) = data.samples
+    big, exact = data.samples
     assert big.answer == "1e+300"
+    assert (exact.id, exact.answer, exact.kind) == ("1000000000000001", "9007199254740993",
+                                                    "number")  # fmt: skip
+    assert "cannot be read as number" in found[9]  # 10**400: exact text, no float to read
+    assert "answer 2 of the list is not text (got an 'answer' of type NoneType)" in found[10]
 
 
 def test_no_usable_samples_shows_the_reasons(tmp_path):

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from mai_graph.backends import vllm_teardown
-from mai_graph.backends.vllm_teardown import reap, stop_engine
+from mai_graph.backends.vllm_teardown import processes_of, reap, stop_engine
 from mai_graph.loop import BackgroundLoop
 
 
@@ -64,7 +64,7 @@ def test_the_core_is_nudged_until_it_exits_and_no_longer(loop):
     core = _sleeper()
     engine = _Engine(core, exit_on_nudge=3)
     start = time.monotonic()
-    stop_engine(engine, loop, [core.pid], "a test engine", time.time())
+    stop_engine(engine, loop, processes_of([core.pid]), "a test engine")
     took = time.monotonic() - start
     assert core.poll() is not None and took < 2.0, took
     assert len(engine.nudges) == 3
@@ -76,7 +76,7 @@ def test_a_core_that_never_exits_is_killed_after_the_grace(loop, caplog):
     core = _sleeper()
     engine = _Engine(core, exit_on_nudge=None)
     start = time.monotonic()
-    stop_engine(engine, loop, [core.pid], "a test engine", time.time())
+    stop_engine(engine, loop, processes_of([core.pid]), "a test engine")
     took = time.monotonic() - start
     assert core.wait(5) is not None and 3.0 <= took < 6.0, took
     assert f"killing process {core.pid} left behind by a test engine" in caplog.text
@@ -92,17 +92,44 @@ def test_a_failed_shutdown_still_reaps_the_processes(loop):
 
     engine.shutdown = broken
     with pytest.raises(RuntimeError, match="broke"):
-        stop_engine(engine, loop, [core.pid], "a test engine", time.time())
+        stop_engine(engine, loop, processes_of([core.pid]), "a test engine")
     assert core.wait(5) is not None
 
 
+def test_processes_not_yet_signalled_get_sigterm_before_they_are_killed(loop, monkeypatch, caplog):
+    """A stop that fails before vLLM signalled the engine: SIGTERM first, so the processes
+    can still exit by themselves (here at once: a sleeping Python process dies of SIGTERM)."""
+    monkeypatch.setattr(vllm_teardown, "REAP_GRACE_S", 5.0)
+    core = _sleeper()
+    engine = _Engine(core, exit_on_nudge=None)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="the output handler"):
+        stop_engine(_Unstoppable(engine), loop, processes_of([core.pid]), "a test engine")
+    assert not psutil.pid_exists(core.pid) or psutil.Process(core.pid).status() == "zombie"
+    assert time.monotonic() - start < 4.0 and "killing process" not in caplog.text
+
+
+class _Unstoppable:
+    """An engine whose output handler cannot even be reached."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine_core = engine.engine_core
+
+    @property
+    def output_handler(self):
+        raise RuntimeError("the output handler is gone")
+
+
 def test_a_pid_taken_by_a_later_process_is_left_alone():
-    since = time.time() - 30  # the engine's processes were listed 30 s ago
-    newcomer = _sleeper()  # a later process that got one of their pids
+    newcomer = _sleeper()
     try:
+        handle = psutil.Process(newcomer.pid)
+        if not hasattr(handle, "_ident"):
+            pytest.skip("this psutil keeps process identity elsewhere")
+        # the handle as if taken of an earlier process that had this pid
+        handle._ident = (handle.pid, handle.create_time() - 100)
         done = threading.Event()
-        threading.Thread(target=lambda: (reap([newcomer.pid], 0.2, "x", since=since),
-                                         done.set())).start()  # fmt: skip
+        threading.Thread(target=lambda: (reap([handle], 0.2, "x"), done.set())).start()
         assert done.wait(5)
         assert newcomer.poll() is None and psutil.pid_exists(newcomer.pid)
     finally:

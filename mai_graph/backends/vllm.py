@@ -40,9 +40,9 @@ from mai_graph.backends.vllm_teardown import (
     REAP_GRACE_S,
     close_client,
     core_pids,
+    processes_of,
     reap,
     stop_engine,
-    with_children,
 )
 from mai_graph.errors import BackendError, ConfigError, ImageError
 from mai_graph.images import ImageRef, load_image
@@ -170,8 +170,7 @@ class VLLMBackend:
         self._loop: BackgroundLoop | None = ENGINE_LOOP
         self._start_lock: asyncio.Lock | None = None
         self._processor: Any = None
-        self._pids: list[int] = []
-        self._pids_seen = 0.0  # when the engine's processes were listed (they started before)
+        self._procs: list[Any] = []  # psutil.Process of the engine's core and workers
         self.max_restarts = max_restarts
         self.restarts = 0
         """How many times a dead engine was started again."""
@@ -297,8 +296,7 @@ class VLLMBackend:
                     "(gpu_memory_utilization / kv_cache_gib / max_model_len)",
                 ) from exc
             assert self._engine is not None
-            self._pids = await asyncio.to_thread(with_children, core_pids(self._engine))
-            self._pids_seen = time.time()
+            self._procs = await asyncio.to_thread(processes_of, core_pids(self._engine))
             if self._death is not None:
                 self.restarts += 1
                 log.warning("%s: started a new vLLM engine after it died (%s)", self.name,
@@ -334,13 +332,12 @@ class VLLMBackend:
         self._death = f"engine core exited {when}"
         self._deaths.append(time.monotonic())
         log.error("%s: the vLLM engine of %r died %s", self.name, self.model, when)
-        pids, self._pids = self._pids, []
+        procs, self._procs = self._procs, []
         with contextlib.suppress(Exception):
             engine.shutdown(timeout=0)
         close_client(engine)
-        if pids:
-            reaper = functools.partial(reap, pids, REAP_GRACE_S, "a dead vLLM engine",
-                                       since=self._pids_seen)  # fmt: skip
+        if procs:
+            reaper = functools.partial(reap, procs, REAP_GRACE_S, "a dead vLLM engine")
             threading.Thread(target=reaper, daemon=True).start()
 
     def _dead_error(self, engine: AsyncLLM, request: GenerationRequest) -> BackendError:
@@ -395,17 +392,16 @@ class VLLMBackend:
         Also clears the record of engine deaths (``max_restarts`` counts afresh).
         """
         engine, self._engine = self._engine, None
-        pids = self._pids
-        self._deaths, self._death, self._pids = [], None, []
+        procs = self._procs
+        self._deaths, self._death, self._procs = [], None, []
         if engine is None or not self._owns_engine:
             return
         self._retired.add(engine)
-        what = f"the vLLM engine of {self.model!r}"
-        stop_engine(engine, self._loop, pids, what, self._pids_seen)
+        stop_engine(engine, self._loop, procs, f"the vLLM engine of {self.model!r}")
 
     def engine_processes(self) -> list[int]:
         """Process ids of the running engine's core process and its workers (empty if none)."""
-        return list(self._pids) if self._engine is not None else []
+        return [p.pid for p in self._procs] if self._engine is not None else []
 
     @property
     def tokenizer(self) -> Any:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mai_graph.loop import BackgroundLoop
 
@@ -29,9 +29,9 @@ __all__ = [
     "WAKE_INTERVAL_S",
     "close_client",
     "core_pids",
+    "processes_of",
     "reap",
     "stop_engine",
-    "with_children",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,16 +97,19 @@ def core_pids(engine: AsyncLLM) -> list[int]:
     return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
 
 
-def with_children(pids: list[int]) -> list[int]:
-    """``pids`` and their children (an engine core's workers); reads /proc (blocking)."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil comes with vLLM
-        return pids
-    found = list(pids)
+def processes_of(pids: list[int]) -> list[Any]:
+    """``psutil.Process`` handles of ``pids`` and their children (an engine core's workers).
+
+    A handle remembers its process's start time, so a later signal through it can never reach
+    another program that got the pid after the process ended. Reads /proc (blocking).
+    """
+    import psutil
+
+    found = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+            process = psutil.Process(pid)
+            found += [process, *process.children(recursive=True)]
     return found
 
 
@@ -119,27 +122,19 @@ def _running(pid: int) -> bool:
         return False
 
 
-def reap(pids: list[int], grace_s: float, what: str, *, since: float | None = None) -> None:
-    """Wait up to ``grace_s`` for ``pids`` to exit, then kill the rest (blocking).
+def reap(processes: list[Any], grace_s: float, what: str) -> None:
+    """Wait up to ``grace_s`` for ``processes`` (``psutil.Process``) to exit, then kill the rest.
 
-    ``what`` names the engine in the warning logged for each process killed. A process that
-    started after ``since`` (a time.time()) is another program that got a reused pid, and is
-    left alone.
+    Blocking. ``what`` names the engine in the warning logged for each process killed; a
+    process whose pid now belongs to another program is left alone (psutil checks).
     """
     import psutil
 
-    procs = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(pid)
-            # create times come from the boot time in whole seconds: allow for that
-            if since is None or proc.create_time() <= since + 2.0:
-                procs.append(proc)
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             log.warning("killing process %d left behind by %s", proc.pid, what)
-            proc.kill()  # psutil checks the process is still the one it was
+            proc.kill()
     psutil.wait_procs(alive, timeout=grace_s)
 
 
@@ -168,29 +163,43 @@ def _waking(engine: AsyncLLM, loop: BackgroundLoop, cores: list[int]) -> Iterato
 
 
 def stop_engine(
-    engine: AsyncLLM, loop: BackgroundLoop | None, pids: list[int], what: str, since: float
+    engine: AsyncLLM, loop: BackgroundLoop | None, processes: list[Any], what: str
 ) -> None:
     """Stop an engine built on ``loop``: fail its requests, stop its processes, close its client.
 
-    Blocks until the engine's processes (``pids``: core and workers, all started before
-    ``since``) have exited: at most about :data:`ENGINE_EXIT_GRACE_S` plus twice
-    :data:`REAP_GRACE_S`; the engine loop keeps serving other engines meanwhile. Called on the
-    engine loop itself (which cannot serve the nudges then), the core may need the whole grace
-    period. The nudge reaches one engine core: with vLLM's data parallelism, the other cores
-    rely on the signal alone.
+    Blocks until the engine's ``processes`` (``psutil.Process`` of its core and workers) have
+    exited: at most about :data:`ENGINE_EXIT_GRACE_S` plus twice :data:`REAP_GRACE_S`; the
+    engine loop keeps serving other engines meanwhile. Called on the engine loop itself
+    (which cannot serve the nudges then), the core may need the whole grace period. The nudge
+    reaches one engine core: with vLLM's data parallelism, the other cores rely on the signal
+    alone. Should the stop fail before vLLM signalled the processes, they get SIGTERM here, so
+    they can still exit by themselves before they are killed.
     """
+    signalled = False
     try:
         if loop is not None and not loop._in_loop():
             loop.run(_stop_output_handler(engine))
             with _waking(engine, loop, core_pids(engine)):
+                signalled = True
                 engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
             # vLLM closes the client's sockets on the engine loop (queued by shutdown); the
             # context is closed after them, in turn.
             loop.run(_aclose_client(engine))
         else:
             end_running_requests(engine)
+            signalled = True
             engine.shutdown(timeout=ENGINE_EXIT_GRACE_S)
             close_client(engine)
     finally:
-        if pids:
-            reap(pids, REAP_GRACE_S, what, since=since)
+        if not signalled:
+            _terminate(processes)
+        if processes:
+            reap(processes, REAP_GRACE_S, what)
+
+
+def _terminate(processes: list[Any]) -> None:
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()

@@ -263,10 +263,10 @@ def load_dataset(
             continue
         seen.add(row.id)
         samples.append(row)
-        if limit is not None and len(samples) >= limit:
-            break
+        if limit is not None and len(samples) >= limit and fmt != "mmbench":
+            break  # an MMBench file is read whole: its rotations are found over every row
     if fmt == "mmbench":
-        samples = _mmbench_rotations(samples)
+        samples = _mmbench_rotations(samples)[:limit]
     few = [s.id for s in samples if s.references is not None and len(s.references) < 4]
     if few:
         log.warning(
@@ -355,12 +355,12 @@ def _text(value: Any, name: str) -> str:
 
 
 def _number_text(value: float, name: str) -> str:
-    """A JSON number as the text a dataset means by it (``3``, ``2.5``, ``1e+20``)."""
+    """A JSON number as the text a dataset means by it (``3``, ``2.5``, ``1e+300``)."""
+    if isinstance(value, int):
+        return str(value)  # exact, however large
     if not math.isfinite(value):
-        raise _BadRow(f"{name} is {value}, not a value (NaN and Infinity are not answers)")
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:g}" if abs(value) >= 1e15 else str(value)
+        raise _BadRow(f"{name} is {value}, not a value (NaN and Infinity are not allowed)")
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else str(value)
 
 
 def _infer_kind(answer: str, options: Mapping[str, str] | None) -> str:
@@ -486,8 +486,10 @@ def _answer_list(answer: Any) -> list[str] | None:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             refs.append(_number_text(value, f"answer {i} of the list"))
         else:
-            got = "an object without an 'answer' field" if isinstance(item, dict) else (
-                type(value).__name__)  # fmt: skip
+            got = type(value).__name__
+            if isinstance(item, dict):
+                got = "an object without an 'answer' field" if "answer" not in item else (
+                    f"an 'answer' of type {got}")  # fmt: skip
             raise _BadRow(f"answer {i} of the list is not text (got {got})")
     return refs
 
@@ -518,11 +520,12 @@ def _vqa_form(answer: str) -> str | None:
 def _mmbench_rotations(samples: list[Sample]) -> list[Sample]:
     """Mark MMBench's own rotations: row ``k * 1e6 + i`` is rotation ``k`` of question ``i``.
 
-    A row joins its question's group only when it asks the same question over the same
-    option texts as the group's first row; a question expects one rotation per option, so
-    one with rows missing (skipped as bad, or cut by ``limit``) is reported incomplete. A
-    question the file gives no rotations of, and a file without any, stay plain (ask for
-    rotations with ``--circular``).
+    Groups are found over every good row of the file (``limit`` applies after, so a row is a
+    rotation or not whatever the limit). A row joins its question's group only when it asks
+    the same question over the same option texts as the group's first row; a question expects
+    one rotation per option, so one with rows missing (unreadable, or cut by ``limit``) is
+    reported incomplete. A question the file has no other readable row of, and a file
+    without rotations, stay plain (ask for rotations with ``--circular``).
     """
 
     def index(sample: Sample) -> int | None:

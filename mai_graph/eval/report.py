@@ -341,7 +341,8 @@ def format_table(report: dict[str, Any]) -> str:
 def _benchmark_lines(report: dict[str, Any]) -> list[str]:
     """The benchmarks' own headlines that the accuracy column does not show, per policy.
 
-    MMBench's circular accuracy and the VQA accuracy.
+    MMBench's circular accuracy (with each policy's count of questions, and of incomplete ones
+    left out) and the VQA accuracy.
     """
     lines = []
     for kind, name in (("choice", "circular_accuracy"), ("text", "vqa_accuracy")):
@@ -349,14 +350,16 @@ def _benchmark_lines(report: dict[str, Any]) -> list[str]:
                  if name in s["by_kind"].get(kind, {})}  # fmt: skip
         if not found:
             continue
-        values = " · ".join(f"{p} {_value(m[name])}" for p, m in found.items())
-        note = ""
-        if name == "circular_accuracy":
-            m = next(iter(found.values()))
-            note = f", {m['circular_questions']} questions"
-            if m["circular_incomplete"]:
-                note += f", {m['circular_incomplete']} incomplete (left out)"
-        lines.append(f"{name} ({kind}{note}): {values}")
+        parts = []
+        for policy, m in found.items():
+            part = f"{policy} {_value(m[name])}"
+            if name == "circular_accuracy":
+                part += f" of {m['circular_questions']}"
+                if m["circular_incomplete"]:
+                    part += f" (+{m['circular_incomplete']} incomplete)"
+            parts.append(part)
+        unit = " (questions right in every rotation)" if name == "circular_accuracy" else ""
+        lines.append(f"{name} ({kind}){unit}: {' · '.join(parts)}")
     return lines
 
 

@@ -375,13 +375,14 @@ async def arun_eval(
             was, now = GROUP_KEY in run.record.meta, GROUP_KEY in by_id[sample_id].meta
             why = ""
             if was != now:
-                why = f" (recorded {'with' if was else 'without'} --circular, asked " \
-                      f"{'with' if now else 'without'} it)"  # fmt: skip
+                as_ = {True: "a rotation (--circular, or an MMBench rotation file)",
+                       False: "a plain question"}  # fmt: skip
+                why = f" (recorded as {as_[was]}, asked as {as_[now]})"
             raise ConfigError(
                 f"sample {sample_id!r} in {folder} was recorded from a different dataset row{why}",
                 parameter="data",
                 value=sample_id,
-                fix="use a new output folder for a changed dataset or another --circular",
+                fix="use a new output folder when the dataset or --circular changes",
             )
     summary = RunSummary(folder, problems=list(existing.problems))
     todo = [

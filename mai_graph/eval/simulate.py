@@ -115,7 +115,11 @@ class SimConfig:
 
     @classmethod
     def oracle(cls) -> SimConfig:
-        """Every answer right, with probability 1 (the harness must score 1.0)."""
+        """Every answer right, with probability 1.
+
+        The harness must score 1.0 (less only on questions whose human answers rarely agree,
+        scored by the VQA accuracy).
+        """
         values: dict[str, Any] = dict.fromkeys(DRAWS, 1.0)
         return cls(**values, right_prob=(1.0, 1.0))
 
@@ -163,7 +167,8 @@ class _Answer:
 def _wrong_answers(sample: Sample) -> list[str]:
     """Distinct wrong answers of a sample (none of them scores as right)."""
     if sample.kind == "choice":
-        return [k for k in sample.options or {} if k != sample.answer.strip().upper()] or ["Z"]
+        letter = canonical_gold(sample.answer, "choice", sample.options)  # "(B)", "B.", "dog"
+        return [k for k in sample.options or {} if k != letter] or ["Z"]
     if sample.kind == "yes_no":
         return ["no" if canonical_gold(sample.answer, "yes_no") == "yes" else "yes"]
     if sample.kind == "number":
