@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mai_graph.answers import canonical_gold, normalize_options
 from mai_graph.errors import ConfigError, MAIError
-from mai_graph.eval.scorers import Verdict, score
+from mai_graph.eval.scorers import Verdict, reference_form, score
 
 log = logging.getLogger(__name__)
 
@@ -500,21 +500,13 @@ def _most_given(references: list[str]) -> str:
     >>> _most_given(["Two", "3", "2", "three"]), _most_given(["yes"] * 9 + ["no", "No"])
     ('Two', 'yes')
     """
-    forms = [_vqa_form(ref) for ref in references]
+    forms = [reference_form(ref) for ref in references]
     counts = Counter(form for form in forms if form is not None)
     if not counts:
         raise _BadRow("no answer of the list can be read (all empty after VQA normalization)")
     top = max(counts.values())
     return next(ref for ref, form in zip(references, forms, strict=True)
                 if form is not None and counts[form] == top)  # fmt: skip
-
-
-def _vqa_form(answer: str) -> str | None:
-    """The VQA-normalized form of a human answer; None for one that normalizes to nothing."""
-    try:
-        return canonical_gold(answer, "text")
-    except MAIError:
-        return None
 
 
 def _mmbench_rotations(samples: list[Sample]) -> list[Sample]:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mai_graph.answers import UNKNOWN, extract_answer, match_gold
+from mai_graph.answers import UNKNOWN, canonical_gold, extract_answer, match_gold
 from mai_graph.errors import MAIError
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "headline",
     "kind_metrics",
     "pope_metrics",
+    "reference_form",
     "score",
     "vqa_accuracy",
 ]
@@ -115,9 +116,27 @@ def vqa_accuracy(prediction: str, references: Sequence[str]) -> float:
     >>> vqa_accuracy("Two", ["2"] * 3 + ["3"] * 7), vqa_accuracy("2", ["2"] * 4 + ["3"] * 6)
     (0.9, 1.0)
     """
-    hits = [_matches(prediction, ref) for ref in references]
+    got = extract_answer(prediction, "text")  # read once, compared with every human answer
+    if got == UNKNOWN:
+        return 0.0
+    hits = [reference_form(ref) == got for ref in references]
     total = sum(hits)
     return sum(min(1.0, (total - hit) / VQA_FULL_CREDIT) for hit in hits) / len(hits)
+
+
+def reference_form(answer: str) -> str | None:
+    """The VQA-normalized form of one human answer; None for one that normalizes to nothing.
+
+    Such an answer ("the", "?", "") matches no prediction but still counts among the answers,
+    as in the benchmark's script.
+
+    >>> reference_form("Two."), reference_form("the")
+    ('2', None)
+    """
+    try:
+        return canonical_gold(answer, "text")
+    except MAIError:
+        return None
 
 
 def pope_metrics(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -157,18 +176,6 @@ def pope_metrics(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
         "yes_ratio": (tp + fp) / n if n else 0.0,
         "unknown_ratio": unknown / n if n else 0.0,
     }
-
-
-def _matches(prediction: str, reference: str) -> bool:
-    """VQA-normalized equality of a prediction and one human answer.
-
-    A human answer that normalizes to nothing ("the", "?") matches no prediction but still
-    counts among the answers, as in the benchmark's script.
-    """
-    try:
-        return match_gold(prediction, reference, "text")
-    except MAIError:
-        return False
 
 
 def headline(kind: str, metrics: Mapping[str, Any]) -> tuple[str, float]:

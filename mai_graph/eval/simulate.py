@@ -26,7 +26,6 @@ Everything is a deterministic function of ``seed`` and the sample id, whatever t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 from collections.abc import Sequence
@@ -36,8 +35,9 @@ from typing import Any
 from mai_graph.answers import canonical_gold, canonical_number
 from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
-from mai_graph.errors import BackendError, ConfigError, MAIError
+from mai_graph.errors import BackendError, ConfigError
 from mai_graph.eval.datasets import Sample
+from mai_graph.eval.scorers import reference_form
 from mai_graph.prompts import question_block
 
 __all__ = ["DRAWS", "SimConfig", "expected", "simulated_pair"]
@@ -179,10 +179,9 @@ def _wrong_answers(sample: Sample) -> list[str]:
         step = max(1.0, math.ceil(0.25 * abs(gold)))
         values = [gold + step, gold - step, gold + 2 * step, gold + 3 * step]
         return [_number_text(v) for v in values[:_NUMBER_DISTRACTORS]]
-    taken = {canonical_gold(sample.answer, "text")}
-    for ref in sample.references or ():  # no human answer gives a wrong answer partial credit
-        with contextlib.suppress(MAIError):
-            taken.add(canonical_gold(ref, "text"))
+    # no human answer may give a wrong answer partial credit
+    taken: set[str | None] = {canonical_gold(sample.answer, "text")}
+    taken |= {reference_form(ref) for ref in sample.references or ()}
     return [w for w in _TEXT_DISTRACTORS if w not in taken][:8]
 
 
