@@ -8,6 +8,7 @@ per-rotation accuracy is reported next to it (:func:`~mai_graph.eval.scorers.kin
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from mai_graph.answers import canonical_gold
@@ -64,8 +65,7 @@ def circular_variants(samples: Iterable[Sample]) -> list[Sample]:
             continue
         assert sample.options is not None
         out += [_rotated(sample, shift) for shift in range(len(sample.options))]
-    ids = [s.id for s in out]
-    clash = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    clash = sorted(i for i, n in Counter(s.id for s in out).items() if n > 1)
     if clash:
         raise ConfigError(
             f"rotation ids clash with sample ids: {clash[:5]} (rotation k of question ID is "

@@ -541,15 +541,16 @@ def _mmbench_rotations(samples: list[Sample]) -> list[Sample]:
             return False
         return same_question(sample, first[i % _MMBENCH_COPY])  # not another question
 
-    sizes = Counter(int(s.id) % _MMBENCH_COPY for s in samples if member(s))
+    members = {s.id: int(s.id) for s in samples if member(s)}
+    sizes = Counter(i % _MMBENCH_COPY for i in members.values())
     out = []
     for sample in samples:
-        if not member(sample) or sizes[int(sample.id) % _MMBENCH_COPY] < 2:
+        i = members.get(sample.id)
+        if i is None or sizes[i % _MMBENCH_COPY] < 2:
             out.append(sample)  # a question the file gives no rotations of stays plain
             continue
-        i, n = int(sample.id), len(sample.options or {})
-        meta = {**sample.meta, GROUP_KEY: str(i % _MMBENCH_COPY),
-                SHIFT_KEY: i // _MMBENCH_COPY, ROTATIONS_KEY: n}  # fmt: skip
+        meta = {**sample.meta, GROUP_KEY: str(i % _MMBENCH_COPY), SHIFT_KEY: i // _MMBENCH_COPY,
+                ROTATIONS_KEY: len(sample.options or {})}  # fmt: skip
         out.append(sample.model_copy(update={"meta": meta}))
     return out
 
