@@ -10,6 +10,7 @@ from mai_graph.api import MAIResult, arun, run
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
 from mai_graph.context import MAIContext, Policy, SparsifyStrategy
+from mai_graph.engines import LineupSpec, ModelSpec, PlanError, load_lineup
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
@@ -31,14 +32,17 @@ __all__ = [
     "ImagePolicy",
     "ImageRef",
     "InputState",
+    "LineupSpec",
     "MAIChatModel",
     "MAIContext",
     "MAIError",
     "MAIResult",
     "MAIState",
+    "ModelSpec",
     "Message",
     "NodeMetrics",
     "OutputState",
+    "PlanError",
     "Policy",
     "Route",
     "ScriptedBackend",
@@ -52,5 +56,6 @@ __all__ = [
     "demo_backends",
     "extract_answer",
     "image_ref",
+    "load_lineup",
     "run",
 ]

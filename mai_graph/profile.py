@@ -607,7 +607,8 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
 
     size = _size(args.image_size)
     if args.tiny is not None:
-        if args.backend not in ("vllm", "transformers"):
+        kind = args.backend or args.backend_default
+        if kind not in ("vllm", "transformers"):
             raise ConfigError(
                 "--tiny runs on --backend vllm or transformers",
                 parameter="--tiny",
@@ -615,7 +616,7 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
             )
         from mai_graph.testing import tiny_backends
 
-        small, large = tiny_backends(args.backend, args.tiny or None)
+        small, large = tiny_backends(kind, args.tiny or None)
     else:
         if args.backend == "fake":
             raise ConfigError(
@@ -626,7 +627,7 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
             )
         from mai_graph.backends.select import backends_from_args
 
-        small, large = backends_from_args(args)
+        small, large = backends_from_args(args, context=_plan_context(args))
 
     start = time.perf_counter()
 
@@ -645,6 +646,14 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
             shutdown_backends(small, large)
 
     return asyncio.run(go())
+
+
+def _plan_context(args: argparse.Namespace) -> Any:
+    """The settings the memory plan sizes a profile's engines for (its CoT length)."""
+    from mai_graph.context import MAIContext
+
+    cot = getattr(args, "cot_tokens", None)
+    return MAIContext(cot_max_tokens=max(512, int(cot))) if cot else None
 
 
 def register(sub: Any) -> None:

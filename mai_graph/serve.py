@@ -810,6 +810,12 @@ def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[s
     return [k.strip() for k in env.get("MAI_GRAPH_SERVE_API_KEY", "").split(",") if k.strip()]
 
 
+def _names(side: Any) -> str:
+    """A side of the lineup by name: one backend, or drafters / a chain joined with commas."""
+    items = side if isinstance(side, list | tuple) else [side]
+    return ", ".join(str(getattr(b, "name", b)) for b in items)
+
+
 def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int:
     """``mai-graph serve``: the app over ``backends`` with uvicorn, engines started first."""
     import os
@@ -837,7 +843,7 @@ def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int
     auth = f"{len(keys)} API key(s)" if keys else "no API key (loopback only)"
     print(
         f"mai-graph: serving {args.model_name!r} at http://{args.host}:{args.port}/v1 "
-        f"({small.name} + {large.name}; {auth})",
+        f"({_names(small)} + {_names(large)}; {auth})",
         file=sys.stderr,
         flush=True,
     )

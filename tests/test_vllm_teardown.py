@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from mai_graph.backends import vllm_teardown
-from mai_graph.backends.vllm_teardown import processes_of, reap, stop_engine
+from mai_graph.backends.vllm import teardown as vllm_teardown
+from mai_graph.backends.vllm.teardown import processes_of, reap, stop_engine
 from mai_graph.loop import BackgroundLoop
 
 

@@ -9,6 +9,8 @@ paths as without it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from mai_graph.backends.base import (
@@ -20,7 +22,7 @@ from mai_graph.backends.base import (
     streams,
 )
 
-__all__ = ["RecordingBackend"]
+__all__ = ["ForcedBackend", "RecordingBackend"]
 
 
 class RecordingBackend:
@@ -73,3 +75,36 @@ class RecordingBackend:
                 "(calls_for() reads several)"
             )
         return found[0]
+
+
+class ForcedBackend(RecordingBackend):
+    """Forces ``lengths[purpose]`` tokens and ``texts[purpose]`` as the text, per purpose.
+
+    Lengths are forced on the engine (it decodes exactly that many tokens), and the answer text
+    is replaced after the engine produced it, so a route can be chosen while every timing stays
+    real (benchmarks, ``mai-graph doctor``). Every call is recorded.
+    """
+
+    def __init__(
+        self, inner: VLMBackend, texts: Mapping[str, str], lengths: Mapping[str, int]
+    ) -> None:
+        super().__init__(inner)
+        self.texts, self.lengths = dict(texts), dict(lengths)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Serve ``request`` with its forced length; replace the text where one is forced."""
+        n = self.lengths.get(request.purpose)
+        if n:
+            request = dataclasses.replace(request, min_tokens=n, max_tokens=n, choices=None)
+        self.requests.append(request)
+        gen = await self.inner.generate(request)
+        if request.purpose in self.texts:
+            gen = dataclasses.replace(gen, text=self.texts[request.purpose])
+        self.calls.append((request, gen))
+        return gen
+
+    async def generate_stream(
+        self, request: GenerationRequest, on_text: TextCallback
+    ) -> Generation:
+        """:meth:`generate` (the forced text is only known at the end)."""
+        return await self.generate(request)

@@ -27,7 +27,11 @@ __all__ = [
     "backends_for",
     "backends_from_args",
     "backends_from_env",
+    "build_lineup",
     "lineup_for",
+    "lineup_from_args",
+    "lineup_from_env",
+    "lineup_spec",
 ]
 
 BACKENDS = ("fake", "vllm", "transformers", "openai")
@@ -64,8 +68,9 @@ def backend_for(
     api_key: str | None = None,
     timeout_s: float | None = None,
     retries: int | None = None,
+    engine: Mapping[str, Any] | None = None,
 ) -> Any:
-    """One model's backend.
+    """One model's backend (a one-line :class:`~mai_graph.engines.spec.ModelSpec`).
 
     Args:
         kind: ``vllm``, ``transformers`` or ``openai`` (``fake`` pairs come from
@@ -78,53 +83,132 @@ def backend_for(
         timeout_s: ``openai``: longest a request may take (default: the backend's).
         retries: ``openai``: retries of a request that failed before its stream started
             (default :data:`DEFAULT_RETRIES`).
+        engine: Engine options (checked for the kind; see ``ModelSpec.engine``).
 
     Example:
         >>> backend_for("vllm", "Qwen/Qwen3-VL-2B-Instruct").name
         'Qwen/Qwen3-VL-2B-Instruct'
     """
+    from mai_graph.engines.spec import ModelSpec
+
     _check_kind(kind, "backend")
-    if kind == "vllm":
-        from mai_graph.backends.vllm import VLLMBackend
+    if kind == "fake":
+        raise ConfigError(
+            "fake backends come in pairs",
+            parameter="backend",
+            value=kind,
+            fix="use backends_for('fake', None, None)",
+        )
+    spec = ModelSpec(model=model, backend=kind, url=url, engine=dict(engine or {}))  # type: ignore[arg-type]
+    return spec.build(role=role, api_key=api_key, timeout_s=timeout_s, retries=retries)
 
-        return VLLMBackend(model)
-    if kind == "transformers":
-        from mai_graph.backends.transformers import TransformersBackend
 
-        return TransformersBackend(model)
-    if kind == "openai":
-        from mai_graph.backends.openai import OpenAIBackend
+def lineup_spec(
+    kind: str | None,
+    small: str | None,
+    large: str | None,
+    *,
+    drafters: Sequence[str] = (),
+    larger: Sequence[str] = (),
+    urls: tuple[str | None, str | None] = (None, None),
+    kinds: tuple[str | None, str | None] = (None, None),
+    engines: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
+    added_engines: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
+    common_engine: Mapping[str, Any] | None = None,
+    timeout_s: float | None = None,
+    retries: int | None = None,
+    base: Any = None,
+    names: tuple[str, str] = ("--drafter", "--larger"),
+    where: str = "--small/--large",
+) -> Any:
+    """The :class:`~mai_graph.engines.spec.LineupSpec` that flags or variables declare.
 
-        if retries is not None and (
-            isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
-        ):
+    ``base`` (a lineup file's spec) is the starting point, and every argument given here
+    overrides it: ``kind`` (``None``: the file's), a model named here replaces the file's model
+    of that role but keeps its options, and engine options merge over the file's
+    (``common_engine`` for every model, then the role's own). Each model's kind is its entry in
+    ``kinds``, else its own in the file, else ``openai`` when it has a URL, else the lineup's.
+    Drafters and chain stages added here take the small (large) model's kind and server, and
+    ``added_engines``' options (after ``common_engine``).
+
+    Raises:
+        ConfigError: Unknown kinds, a model missing for a real backend, added models on the
+            fake pair, unknown engine options.
+    """
+    from mai_graph.engines.spec import LineupSpec, ModelSpec
+
+    for role, own in zip(ROLES, kinds):
+        if own is not None:
+            _check_kind(own, f"{role}_backend")
+    lineup = base if base is not None else LineupSpec()
+    kind = kind or lineup.backend
+    _check_kind(kind, "backend")
+    lineup = lineup.model_copy(update={"backend": kind})
+    common = dict(common_engine or {})
+    chosen: list[str] = []
+    specs: list[Any] = []
+    for i, role in enumerate(ROLES):
+        current = getattr(lineup, role)
+        model = (small, large)[i] or (current.model if current is not None else None)
+        url = urls[i] or (current.url if current is not None else None)
+        own = kinds[i] or (current.backend if current is not None else None)
+        chosen.append(own or ("openai" if url else kind))
+        if chosen[i] == "fake" or model is None:
+            specs.append(None)
+            continue
+        fields: dict[str, Any] = {} if current is None else current.model_dump()
+        fields.update(model=model, url=url, backend=chosen[i])
+        fields["engine"] = {**fields.get("engine", {}), **common, **dict(engines[i] or {})}
+        specs.append(ModelSpec.model_validate(fields))
+    missing = [r for r, k, m in zip(ROLES, chosen, specs) if k != "fake" and m is None]
+    if missing:
+        labels = where.split("/")
+        if chosen[0] == chosen[1]:
+            message = f"backend {chosen[0]} needs both models ({where})"
+        else:
+            message = "; ".join(
+                f"the {r} model's backend {chosen[ROLES.index(r)]} needs a model "
+                f"({labels[ROLES.index(r)] if len(labels) == 2 else where})"
+                for r in missing
+            )
+        raise ConfigError(
+            message,
+            parameter=where,
+            fix="give checkpoint paths or hub ids of one model family, or the served model "
+            "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
+        )
+    lineup = lineup.model_copy(update=dict(zip(ROLES, specs)))
+    for i, (key, models) in enumerate((("drafters", drafters), ("larger", larger))):
+        if not models:
+            continue
+        anchor = specs[i]
+        if anchor is None:
+            raise ConfigError(
+                f"{names[i]} needs real models; the fake backend is one canned pair",
+                parameter=names[i],
+                value=list(models),
+                fix=f"choose a vllm, transformers or openai backend (or drop {names[i]})",
+            )
+        options = {**common, **dict(added_engines[i] or {})}
+        added = [
+            ModelSpec(model=m, backend=anchor.backend, url=anchor.url,
+                      api_key_env=anchor.api_key_env, engine=dict(options))
+            for m in models
+        ]  # fmt: skip
+        lineup = lineup.model_copy(update={key: [*getattr(lineup, key), *added]})
+    update: dict[str, Any] = {}
+    if timeout_s is not None:
+        update["request_timeout_s"] = timeout_s
+    if retries is not None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(
                 f"retries must be an int >= 0, got {retries!r}",
                 parameter="retries",
                 value=retries,
                 fix="give how often a failed request may be sent again, e.g. 2",
             )
-        options: dict[str, Any] = {}
-        if timeout_s is not None:
-            options["timeout_s"] = timeout_s
-        return OpenAIBackend.from_url(
-            url or DEFAULT_URLS[ROLES.index(role)],
-            model,
-            api_key=api_key or "EMPTY",
-            max_retries=DEFAULT_RETRIES if retries is None else retries,
-            **options,
-        )
-    raise ConfigError(
-        "fake backends come in pairs",
-        parameter="backend",
-        value=kind,
-        fix="use backends_for('fake', None, None)",
-    )
-
-
-def _kind_of(kind: str, own: str | None, url: str | None) -> str:
-    """A model's kind: its own, else ``openai`` when it has a URL, else the shared ``kind``."""
-    return own or ("openai" if url else kind)
+        update["request_retries"] = retries
+    return lineup.model_copy(update=update) if update else lineup
 
 
 def backends_for(
@@ -138,6 +222,7 @@ def backends_for(
     api_keys: tuple[str | None, str | None] = (None, None),
     timeout_s: float | None = None,
     retries: int | None = None,
+    engines: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
 ) -> tuple[Any, Any]:
     """The (small, large) backends; ``where`` names the model settings in error messages.
 
@@ -155,6 +240,7 @@ def backends_for(
         api_keys: An API key per remote model.
         timeout_s: Longest a remote request may take.
         retries: Retries of a remote request that failed before its stream started.
+        engines: Engine options per model.
 
     Example:
         >>> small, large = backends_for("vllm", "small-ckpt", "served-large",
@@ -162,56 +248,10 @@ def backends_for(
         >>> type(small).__name__, type(large).__name__
         ('VLLMBackend', 'OpenAIBackend')
     """
-    _check_kind(kind, "backend")
-    chosen: list[str] = []
-    for role, own, url in zip(ROLES, kinds, urls):
-        if own is not None:
-            _check_kind(own, f"{role}_backend")
-        chosen.append(_kind_of(kind, own, url))
-    if chosen == ["fake", "fake"]:
-        from mai_graph.backends.fake import demo_backends
-
-        return demo_backends()
-    models = (small, large)
-    missing = [r for r, k, m in zip(ROLES, chosen, models) if k != "fake" and not m]
-    if missing:
-        names = where.split("/")
-        if chosen[0] == chosen[1]:
-            message = f"backend {chosen[0]} needs both models ({where})"
-        else:
-            message = "; ".join(
-                f"the {r} model's backend {chosen[ROLES.index(r)]} needs a model "
-                f"({names[ROLES.index(r)] if len(names) == 2 else where})"
-                for r in missing
-            )
-        raise ConfigError(
-            message,
-            parameter=where,
-            fix="give checkpoint paths or hub ids of one model family, or the served model "
-            "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
-        )
-    fakes = None
-    out: list[Any] = []
-    for i, role in enumerate(ROLES):
-        if chosen[i] == "fake":
-            if fakes is None:
-                from mai_graph.backends.fake import demo_backends
-
-                fakes = demo_backends()
-            out.append(fakes[i])
-            continue
-        out.append(
-            backend_for(
-                chosen[i],
-                models[i] or "",
-                role=role,
-                url=urls[i],
-                api_key=api_keys[i],
-                timeout_s=timeout_s,
-                retries=retries,
-            )
-        )
-    return out[0], out[1]
+    return lineup_for(
+        kind, small, large, where=where, urls=urls, kinds=kinds, api_keys=api_keys,
+        timeout_s=timeout_s, retries=retries, engines=engines,
+    )  # fmt: skip
 
 
 def api_keys_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
@@ -243,14 +283,97 @@ def _list(env: Mapping[str, str], name: str) -> list[str]:
     return [m.strip() for m in env.get(name, "").split(",") if m.strip()]
 
 
-def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
+def _env_engine(env: Mapping[str, str], name: str) -> dict[str, Any]:
+    from mai_graph.engines.spec import engine_options_from_json
+
+    return engine_options_from_json(env.get(name), name)
+
+
+def lineup_from_env(env: Mapping[str, str] | None = None) -> Any:
+    """The :class:`~mai_graph.engines.spec.LineupSpec` the environment declares.
+
+    See :func:`backends_from_env` for the variables.
+    """
+    from mai_graph.engines.spec import load_lineup
+
+    env = os.environ if env is None else env
+    path = env.get("MAI_GRAPH_LINEUP") or None
+    base = None
+    if path is not None:
+        try:
+            base = load_lineup(path)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"MAI_GRAPH_LINEUP: {exc}", parameter="MAI_GRAPH_LINEUP", value=path, fix=exc.fix
+            ) from None
+    return lineup_spec(
+        env.get("MAI_GRAPH_BACKEND") or (None if base is not None else "fake"),
+        env.get("MAI_GRAPH_SMALL") or None,
+        env.get("MAI_GRAPH_LARGE") or None,
+        drafters=_list(env, "MAI_GRAPH_DRAFTERS"),
+        larger=_list(env, "MAI_GRAPH_LARGER"),
+        names=("MAI_GRAPH_DRAFTERS", "MAI_GRAPH_LARGER"),
+        where="MAI_GRAPH_SMALL/MAI_GRAPH_LARGE",
+        urls=(env.get("MAI_GRAPH_SMALL_URL") or None, env.get("MAI_GRAPH_LARGE_URL") or None),
+        kinds=(
+            env.get("MAI_GRAPH_SMALL_BACKEND") or None,
+            env.get("MAI_GRAPH_LARGE_BACKEND") or None,
+        ),
+        common_engine=_env_engine(env, "MAI_GRAPH_ENGINE"),
+        engines=(
+            _env_engine(env, "MAI_GRAPH_SMALL_ENGINE"),
+            _env_engine(env, "MAI_GRAPH_LARGE_ENGINE"),
+        ),
+        added_engines=(
+            _env_engine(env, "MAI_GRAPH_DRAFTER_ENGINE"),
+            _env_engine(env, "MAI_GRAPH_LARGER_ENGINE"),
+        ),
+        timeout_s=_number(env, "MAI_GRAPH_REQUEST_TIMEOUT", float),
+        retries=_number(env, "MAI_GRAPH_REQUEST_RETRIES", int),
+        base=base,
+    )
+
+
+def build_lineup(
+    lineup: Any,
+    *,
+    where: str = "--small/--large",
+    api_keys: tuple[str | None, str | None] = (None, None),
+    context: Any = None,
+    plan: bool = True,
+    gpu_memory: str | None = None,
+) -> tuple[Any, Any]:
+    """The backends of ``lineup``, after the memory plan (nothing starts).
+
+    With ``plan`` (the default) and in-process vLLM models, the memory plan
+    (:func:`~mai_graph.engines.plan.plan_for_start`) runs first: on a GPU it fills each
+    engine's ``gpu_memory_utilization`` and ``max_model_len`` that the user left unset, and a
+    lineup that cannot fit is refused here, before any engine starts. ``context`` (a
+    ``MAIContext``) sizes the workload; ``gpu_memory`` overrides the card's free memory.
+    """
+    return lineup.build(
+        where=where, api_keys=api_keys, plan=plan, context=context, gpu_memory=gpu_memory
+    )
+
+
+def backends_from_env(
+    env: Mapping[str, str] | None = None, *, context: Any = None
+) -> tuple[Any, Any]:
     """Backends named by environment variables (Studio, ``langgraph dev``, examples).
 
-    - ``MAI_GRAPH_BACKEND``: the kind of both models (default ``fake``);
+    - ``MAI_GRAPH_LINEUP``: a lineup file (TOML or JSON, see :mod:`mai_graph.engines.spec`);
+      the variables below override it.
+    - ``MAI_GRAPH_BACKEND``: the kind of both models (default ``fake``, or the file's);
       ``MAI_GRAPH_SMALL_BACKEND`` / ``MAI_GRAPH_LARGE_BACKEND`` override it per model.
     - ``MAI_GRAPH_SMALL`` / ``MAI_GRAPH_LARGE``: the models (paths, hub ids, served names).
     - ``MAI_GRAPH_SMALL_URL`` / ``MAI_GRAPH_LARGE_URL``: a model's server; makes it remote.
     - ``MAI_GRAPH_SMALL_API_KEY`` / ``MAI_GRAPH_LARGE_API_KEY``: the servers' keys.
+    - ``MAI_GRAPH_ENGINE``, ``MAI_GRAPH_SMALL_ENGINE``, ``MAI_GRAPH_LARGE_ENGINE``,
+      ``MAI_GRAPH_DRAFTER_ENGINE``, ``MAI_GRAPH_LARGER_ENGINE``: engine options as JSON
+      objects (every model, the small, the large, each added drafter, each chain stage), e.g.
+      ``{"max_model_len": 16384, "kv_cache_dtype": "fp8"}``.
+    - ``MAI_GRAPH_GPU_MEMORY``: plan as if the card had this much free (e.g. ``40GiB``);
+      ``MAI_GRAPH_PLAN=off``: no memory plan (shares as given).
     - ``MAI_GRAPH_REQUEST_TIMEOUT`` (seconds) / ``MAI_GRAPH_REQUEST_RETRIES``: remote requests.
     - ``MAI_GRAPH_DRAFTERS``: more drafter models beside the small one, comma-separated (same
       kind and server); ``MAI_GRAPH_LARGER``: a chain's further models after the large one,
@@ -264,28 +387,27 @@ def backends_from_env(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
         ('VLLMBackend', 'OpenAIBackend')
     """
     env = os.environ if env is None else env
-    kind = env.get("MAI_GRAPH_BACKEND", "fake")
+    where = "MAI_GRAPH_SMALL/MAI_GRAPH_LARGE"
     try:
-        return lineup_for(
-            kind,
-            env.get("MAI_GRAPH_SMALL"),
-            env.get("MAI_GRAPH_LARGE"),
-            drafters=_list(env, "MAI_GRAPH_DRAFTERS"),
-            larger=_list(env, "MAI_GRAPH_LARGER"),
-            names=("MAI_GRAPH_DRAFTERS", "MAI_GRAPH_LARGER"),
-            where="MAI_GRAPH_SMALL/MAI_GRAPH_LARGE",
-            urls=(env.get("MAI_GRAPH_SMALL_URL") or None, env.get("MAI_GRAPH_LARGE_URL") or None),
-            kinds=(
-                env.get("MAI_GRAPH_SMALL_BACKEND") or None,
-                env.get("MAI_GRAPH_LARGE_BACKEND") or None,
-            ),
+        plan = (env.get("MAI_GRAPH_PLAN") or "auto").strip().lower()
+        if plan not in ("auto", "off"):
+            raise ConfigError(
+                f"MAI_GRAPH_PLAN must be auto or off, got {plan!r}",
+                parameter="MAI_GRAPH_PLAN",
+                value=plan,
+                fix="unset it (auto) or set MAI_GRAPH_PLAN=off",
+            )
+        return build_lineup(
+            lineup_from_env(env),
+            where=where,
             api_keys=api_keys_from_env(env),
-            timeout_s=_number(env, "MAI_GRAPH_REQUEST_TIMEOUT", float),
-            retries=_number(env, "MAI_GRAPH_REQUEST_RETRIES", int),
+            context=context,
+            plan=plan == "auto",
+            gpu_memory=env.get("MAI_GRAPH_GPU_MEMORY") or None,
         )
     except ConfigError as exc:
         raise ConfigError(
-            f"MAI_GRAPH_BACKEND: {exc}", parameter=exc.parameter, value=exc.value
+            f"MAI_GRAPH_BACKEND: {exc}", parameter=exc.parameter, value=exc.value, fix=exc.fix
         ) from None
 
 
@@ -301,21 +423,40 @@ def add_backend_flags(
 
     Args:
         parser: The command's parser.
-        default: The default ``--backend``.
+        default: The default ``--backend`` (a ``--lineup`` file's kind wins over it).
         kinds: The accepted ``--backend`` values (the registry's, plus a command's own).
         kinds_help: What a command's own kinds mean, appended to the help.
         shapes: Also offer ``--drafter`` and ``--larger`` (several drafters, model chains).
     """
+    parser.set_defaults(backend_default=default)
     parser.add_argument(
         "--backend",
-        default=default,
+        default=None,
         choices=list(kinds),
         help="fake: canned offline answers (no model); vllm: in-process vLLM engines; "
         "transformers: Hugging Face models in-process; openai: OpenAI-compatible servers "
-        "(vllm serve, vllm-router; --small/--large are the served model names)" + kinds_help,
+        "(vllm serve, vllm-router; --small/--large are the served model names)"
+        + kinds_help
+        + f" (default: {default}, or the --lineup file's)",
     )
     parser.add_argument("--small", help="small model: checkpoint path, hub id or served name")
     parser.add_argument("--large", help="large model: checkpoint path, hub id or served name")
+    parser.add_argument(
+        "--lineup",
+        metavar="FILE",
+        help="every model with its kind, server and engine options, in a TOML or JSON file "
+        "(docs/engines.md); the flags here override it",
+    )
+    engine_help = (
+        "an engine option KEY=VALUE (VALUE is JSON where it parses): any vLLM AsyncEngineArgs "
+        "field (max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype, "
+        "tensor_parallel_size, max_num_seqs, enforce_eager, limit_mm_per_prompt, "
+        "mm_processor_kwargs, device_ids, ...) or kv_cache_gib / max_restarts; repeatable"
+    )
+    parser.add_argument(
+        "--engine", action="append", default=[], metavar="KEY=VALUE",
+        help=f"every model: {engine_help}",
+    )  # fmt: skip
     for role, port in (("small", 8000), ("large", 8001)):
         parser.add_argument(
             f"--{role}-backend",
@@ -329,6 +470,10 @@ def add_backend_flags(
             f"MAI_GRAPH_{role.upper()}_API_KEY (default with --backend openai: "
             f"http://127.0.0.1:{port}/v1)",
         )
+        parser.add_argument(
+            f"--{role}-engine", action="append", default=[], metavar="KEY=VALUE",
+            help=f"the {role} model only: {engine_help}",
+        )  # fmt: skip
     if shapes:
         parser.add_argument(
             "--drafter",
@@ -338,12 +483,32 @@ def add_backend_flags(
             "for more. Every drafter answers short; see the draft_quorum setting",
         )
         parser.add_argument(
+            "--drafter-engine", action="append", default=[], metavar="KEY=VALUE",
+            help="engine options of each --drafter model (as --small-engine)",
+        )  # fmt: skip
+        parser.add_argument(
             "--larger",
             action="append",
             metavar="MODEL",
             help="a model larger than --large, the next stage of a chain (same kind and "
             "server as --large); repeat for more, smallest first",
         )
+        parser.add_argument(
+            "--larger-engine", action="append", default=[], metavar="KEY=VALUE",
+            help="engine options of each --larger model (as --large-engine)",
+        )  # fmt: skip
+    parser.add_argument(
+        "--gpu-memory",
+        metavar="SIZE",
+        help="plan the engines' memory as if the card had SIZE free (e.g. 40GiB, 24GB; "
+        "default: what the GPU reports). The plan fills gpu_memory_utilization and "
+        "max_model_len you did not set; `mai-graph plan` shows it",
+    )
+    parser.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="start the engines with the options as given (no memory plan)",
+    )
     parser.add_argument(
         "--request-timeout",
         type=float,
@@ -359,24 +524,54 @@ def add_backend_flags(
     )
 
 
-def backends_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The (small, large) backends the flags of :func:`add_backend_flags` name.
+def lineup_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~mai_graph.engines.spec.LineupSpec` the flags declare.
 
-    With ``--drafter`` the small side is a list of drafters (``--small`` first); with
-    ``--larger`` the large side is a chain (``--large`` first): what
-    :func:`~mai_graph.graph.create_mai_graph` and :func:`~mai_graph.api.arun` take.
+    ``--lineup FILE`` first, the other flags of :func:`add_backend_flags` over it.
     """
-    return lineup_for(
-        args.backend,
+    from mai_graph.engines.spec import engine_options_from_items, load_lineup
+
+    base = load_lineup(args.lineup) if getattr(args, "lineup", None) else None
+    kind = args.backend or (None if base is not None else getattr(args, "backend_default", "fake"))
+    items = engine_options_from_items
+    return lineup_spec(
+        kind,
         args.small,
         args.large,
         drafters=getattr(args, "drafter", None) or (),
         larger=getattr(args, "larger", None) or (),
         urls=(args.small_url, args.large_url),
         kinds=(args.small_backend, args.large_backend),
-        api_keys=api_keys_from_env(),
+        common_engine=items(getattr(args, "engine", None) or [], "--engine"),
+        engines=(
+            items(getattr(args, "small_engine", None) or [], "--small-engine"),
+            items(getattr(args, "large_engine", None) or [], "--large-engine"),
+        ),
+        added_engines=(
+            items(getattr(args, "drafter_engine", None) or [], "--drafter-engine"),
+            items(getattr(args, "larger_engine", None) or [], "--larger-engine"),
+        ),
         timeout_s=args.request_timeout,
         retries=args.request_retries,
+        base=base,
+    )
+
+
+def backends_from_args(args: argparse.Namespace, *, context: Any = None) -> tuple[Any, Any]:
+    """The (small, large) backends the flags of :func:`add_backend_flags` name.
+
+    With ``--drafter`` the small side is a list of drafters (``--small`` first); with
+    ``--larger`` the large side is a chain (``--large`` first): what
+    :func:`~mai_graph.graph.create_mai_graph` and :func:`~mai_graph.api.arun` take. The memory
+    plan runs first (see :func:`build_lineup`) unless ``--no-plan``; ``context`` (the run
+    settings) sizes its workload.
+    """
+    return build_lineup(
+        lineup_from_args(args),
+        api_keys=api_keys_from_env(),
+        context=context,
+        plan=not getattr(args, "no_plan", False),
+        gpu_memory=getattr(args, "gpu_memory", None),
     )
 
 
@@ -388,6 +583,10 @@ def lineup_for(
     drafters: Sequence[str] = (),
     larger: Sequence[str] = (),
     names: tuple[str, str] = ("--drafter", "--larger"),
+    where: str = "--small/--large",
+    api_keys: tuple[str | None, str | None] = (None, None),
+    plan: bool = False,
+    context: Any = None,
     **settings: Any,
 ) -> tuple[Any, Any]:
     """:func:`backends_for`, plus more drafters beside ``small`` and a chain after ``large``.
@@ -395,50 +594,15 @@ def lineup_for(
     Each added model has the kind, server, key and request settings of the model it joins.
     Without ``drafters`` and ``larger`` this is :func:`backends_for`; with them a side is a
     list (drafters, or the chain smallest first). ``names`` names the two settings in errors;
-    ``settings`` go to :func:`backends_for`.
+    ``settings`` are :func:`lineup_spec`'s (``urls``, ``kinds``, ``engines``, ``timeout_s``,
+    ``retries``, ...). ``plan``: run the memory plan first (see :func:`build_lineup`).
 
     Raises:
         ConfigError: Added models with fake backends, or two models of the lineup with one
             name.
     """
-    small_backend, large_backend = backends_for(kind, small, large, **settings)
-    added = {"small": list(drafters), "large": list(larger)}
-    if not any(added.values()):
-        return small_backend, large_backend
-    urls = settings.get("urls", (None, None))
-    kinds = settings.get("kinds", (None, None))
-    keys = settings.get("api_keys", (None, None))
-    sides: dict[str, list[Any]] = {"small": [small_backend], "large": [large_backend]}
-    for i, role in enumerate(ROLES):
-        chosen = _kind_of(kind, kinds[i], urls[i])
-        if added[role] and chosen == "fake":
-            raise ConfigError(
-                f"{names[i]} needs real models; the fake backend is one canned pair",
-                parameter=names[i],
-                value=added[role],
-                fix=f"choose a vllm, transformers or openai backend (or drop {names[i]})",
-            )
-        for model in added[role]:
-            sides[role].append(
-                backend_for(
-                    chosen,
-                    model,
-                    role=role,
-                    url=urls[i],
-                    api_key=keys[i],
-                    timeout_s=settings.get("timeout_s"),
-                    retries=settings.get("retries"),
-                )
-            )
-    models = [b.name for side in sides.values() for b in side]
-    if len(set(models)) != len(models):
-        raise ConfigError(
-            f"two models of this lineup share a name: {models}",
-            parameter="/".join(names),
-            value=models,
-            fix="give each drafter and chain stage its own model",
-        )
-    return (
-        sides["small"] if len(sides["small"]) > 1 else small_backend,
-        sides["large"] if len(sides["large"]) > 1 else large_backend,
-    )
+    spec = lineup_spec(
+        kind, small, large, drafters=drafters, larger=larger, names=names, where=where,
+        **settings,
+    )  # fmt: skip
+    return build_lineup(spec, where=where, api_keys=api_keys, plan=plan, context=context)

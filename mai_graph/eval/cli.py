@@ -73,7 +73,7 @@ def _ratios(raw: str | None) -> list[float]:
         ) from None
 
 
-def _backends(args: argparse.Namespace, samples: Any) -> tuple[Any, Any]:
+def _backends(args: argparse.Namespace, samples: Any, context: Any = None) -> tuple[Any, Any]:
     if args.backend in ("simulated", "oracle"):
         from mai_graph.eval.simulate import SimConfig, simulated_pair
 
@@ -85,7 +85,7 @@ def _backends(args: argparse.Namespace, samples: Any) -> tuple[Any, Any]:
         )
     from mai_graph.backends.select import backends_from_args
 
-    return backends_from_args(args)
+    return backends_from_args(args, context=context)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -139,7 +139,9 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
         from mai_graph.eval.circular import circular_variants
 
         samples = circular_variants(samples)
-    small, large = _backends(args, samples)
+    ratios = _ratios(args.keep_ratios)
+    sized = ctx.model_copy(update={"keep_ratio": max([ctx.keep_ratio, *ratios])})
+    small, large = _backends(args, samples, sized)
 
     async def go() -> Any:
         try:

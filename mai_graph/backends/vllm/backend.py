@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import render, vocab_fingerprint
-from mai_graph.backends.vllm_teardown import (
+from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm.teardown import (
     ENGINE_EXIT_GRACE_S,
     REAP_GRACE_S,
     close_client,
@@ -79,9 +80,7 @@ _START_LOCK = threading.Lock()  # engines start one after the other
 
 
 def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
+    return _compat.on_cpu()
 
 
 class VLLMBackend:
@@ -375,7 +374,7 @@ class VLLMBackend:
         self._template = processor if getattr(processor, "chat_template", None) else None
         eos = getattr(self._tokenizer, "eos_token_id", None)
         self._eos = {eos} if isinstance(eos, int) else set()
-        generation_eos = self._engine.model_config.try_get_generation_config().get("eos_token_id")
+        generation_eos = _compat.generation_eos(self._engine.model_config)
         if isinstance(generation_eos, int):
             self._eos.add(generation_eos)
         elif isinstance(generation_eos, list):
@@ -387,7 +386,7 @@ class VLLMBackend:
         Requests still running fail with a ``BackendError`` saying so. The output handler
         stops first (so the engine's exit is not reported as a failure), then the engine core
         and its worker get :data:`ENGINE_EXIT_GRACE_S` to exit by themselves (the core is
-        nudged until it sees vLLM's SIGTERM, see :mod:`mai_graph.backends.vllm_teardown`);
+        nudged until it sees vLLM's SIGTERM, see :mod:`mai_graph.backends.vllm.teardown`);
         this thread waits until they are gone, the engine loop keeps serving other engines.
         Also clears the record of engine deaths (``max_restarts`` counts afresh).
         """
@@ -439,7 +438,7 @@ class VLLMBackend:
         """Requests the engine is still working on (0 after a cancelled run)."""
         if self._engine is None:
             return 0
-        return int(self._engine.output_processor.get_num_unfinished_requests())
+        return _compat.unfinished_requests(self._engine)
 
     async def engine_idle(self) -> bool:
         """Whether the engine core itself holds no request (asks the core process).
@@ -452,8 +451,7 @@ class VLLMBackend:
             if not self._alive():
                 return True
             assert self._engine is not None
-            core = self._engine.engine_core
-            return not await core.call_utility_async("has_work")  # type: ignore[attr-defined]
+            return not await _compat.core_has_work(self._engine)
 
         if self._loop is None:
             return await ask()
@@ -501,7 +499,7 @@ class VLLMBackend:
         Raises:
             ImageError: The processor refuses the image's size (e.g. its aspect ratio).
         """
-        counter = getattr(self._processor, "_get_num_multimodal_tokens", None)
+        counter = _compat.media_token_counter(self._processor)
         if counter is None:
             return 0
         try:
@@ -521,7 +519,7 @@ class VLLMBackend:
 
     def _video_tokens(self, video: VideoRef) -> int:
         """Tokens the model's processor turns ``video``'s sampled frames into (0: unknown)."""
-        counter = getattr(self._processor, "_get_num_multimodal_tokens", None)
+        counter = _compat.media_token_counter(self._processor)
         if counter is None:
             return 0
         try:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from mai_graph.backends.vllm import _compat
 from mai_graph.loop import BackgroundLoop
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class ShutDown(Exception):
 def end_running_requests(engine: AsyncLLM) -> None:
     """Fail the requests still running (they would otherwise wait for outputs forever)."""
     with contextlib.suppress(Exception):
-        engine.output_processor.propagate_error(ShutDown())
+        _compat.fail_running_requests(engine, ShutDown())
 
 
 async def _stop_output_handler(engine: AsyncLLM) -> None:
@@ -66,7 +67,7 @@ async def _stop_output_handler(engine: AsyncLLM) -> None:
     """
     end_running_requests(engine)
     await asyncio.sleep(0)  # let the requests see it and abort themselves in the engine
-    handler = getattr(engine, "output_handler", None)
+    handler = _compat.output_handler(engine)
     if handler is not None and not handler.done():
         handler.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -79,8 +80,7 @@ def close_client(engine: AsyncLLM) -> None:
     vLLM closes the client's sockets but leaves the context to the garbage collector, which
     warns about it.
     """
-    resources = getattr(getattr(engine, "engine_core", None), "resources", None)
-    ctx = getattr(resources, "ctx", None)
+    ctx = _compat.zmq_context(engine)
     if ctx is not None and not ctx.closed:
         with contextlib.suppress(Exception):
             ctx.destroy(linger=0)
@@ -92,9 +92,7 @@ async def _aclose_client(engine: AsyncLLM) -> None:
 
 def core_pids(engine: AsyncLLM) -> list[int]:
     """Process ids of the engine's core process(es)."""
-    manager = getattr(getattr(engine, "engine_core", None), "resources", None)
-    manager = getattr(manager, "engine_manager", None)
-    return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
+    return [p.pid for p in _compat.core_processes(engine) if p.pid is not None]
 
 
 def processes_of(pids: list[int]) -> list[Any]:
@@ -140,7 +138,7 @@ def reap(processes: list[Any], grace_s: float, what: str) -> None:
 
 async def _nudge(engine: AsyncLLM) -> None:
     with contextlib.suppress(Exception):
-        await engine.engine_core.abort_requests_async([_WAKE_ID])
+        await _compat.abort_requests(engine, [_WAKE_ID])
 
 
 @contextlib.contextmanager

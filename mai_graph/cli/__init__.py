@@ -1,4 +1,8 @@
-"""The ``mai-graph`` command: run, serve, demo, build-tiny, diagram."""
+"""The ``mai-graph`` command: run, serve, demo, build-tiny, diagram.
+
+Registered from their own modules: eval, calibrate, synth-data, profile, pair, train-pair,
+plan, doctor.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 anything else.
 """
 
 
-def _add_context_flags(p: argparse.ArgumentParser) -> None:
+def add_context_flags(p: argparse.ArgumentParser) -> None:
+    """The run-settings flags: ``--context FILE``, the common fields, ``--set FIELD=VALUE``."""
     p.add_argument(
         "--context",
         metavar="FILE",
@@ -105,10 +110,10 @@ def _options(args: argparse.Namespace) -> Any:
         ) from None
 
 
-def _backends(args: argparse.Namespace) -> tuple[Any, Any]:
+def _backends(args: argparse.Namespace, context: MAIContext | None = None) -> tuple[Any, Any]:
     from mai_graph.backends.select import backends_from_args
 
-    return backends_from_args(args)
+    return backends_from_args(args, context=context)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -116,7 +121,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from mai_graph.backends.lifecycle import shutdown_backends
 
     ctx = _context(args)
-    small, large = _backends(args)
+    small, large = _backends(args, ctx)
 
     async def go() -> Any:
         try:
@@ -136,7 +141,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from mai_graph.serve import run_server
 
-    return run_server(args, _context(args), _backends(args))
+    ctx = _context(args)
+    return run_server(args, ctx, _backends(args, ctx))
 
 
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
@@ -214,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_backend_flags(run)
     run.add_argument("--json", action="store_true", help="print the result as JSON")
-    _add_context_flags(run)
+    add_context_flags(run)
     run.set_defaults(func=_cmd_run)
 
     serve = sub.add_parser(
@@ -259,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["critical", "error", "warning", "info", "debug"],
         help="the HTTP server's log level",
     )
-    _add_context_flags(serve)
+    add_context_flags(serve)
     serve.set_defaults(func=_cmd_serve)
 
     demo = sub.add_parser(
@@ -304,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     from mai_graph.pair.cli import register as register_pair  # pair, train-pair
 
     register_pair(sub)
+    from mai_graph.cli.plan import register as register_plan  # plan (memory plan)
+
+    register_plan(sub)
+    from mai_graph.cli.doctor import register as register_doctor  # doctor (first GPU check)
+
+    register_doctor(sub)
     for command in sub.choices.values():  # `mai-graph demo -v` works as well as `-v demo`
         command.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="as above"

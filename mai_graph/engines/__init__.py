@@ -1,0 +1,39 @@
+"""Engines as declared and as planned: one spec per model, a memory plan for a lineup.
+
+- :mod:`~mai_graph.engines.spec`: :class:`ModelSpec` (a model, its backend kind, server and
+  engine options) and :class:`LineupSpec` (small, large, drafters, chain), read from Python,
+  flags, the environment or a lineup file (TOML / JSON), checked before any engine starts;
+- :mod:`~mai_graph.engines.shape`: what a checkpoint weighs and what its KV cache costs, from
+  its local config files;
+- :mod:`~mai_graph.engines.plan`: the memory plan of co-resident engines (shares, context
+  lengths, concurrent runs), refused with the numbers and fixes when it cannot fit.
+"""
+
+from mai_graph.engines.plan import (
+    Device,
+    MemoryPlan,
+    PlanError,
+    Workload,
+    parse_size,
+    plan_for_start,
+    plan_memory,
+    probe_devices,
+)
+from mai_graph.engines.shape import ModelShape, read_shape
+from mai_graph.engines.spec import LineupSpec, ModelSpec, load_lineup
+
+__all__ = [
+    "Device",
+    "LineupSpec",
+    "MemoryPlan",
+    "ModelShape",
+    "ModelSpec",
+    "PlanError",
+    "Workload",
+    "load_lineup",
+    "parse_size",
+    "plan_for_start",
+    "plan_memory",
+    "probe_devices",
+    "read_shape",
+]

@@ -1,0 +1,809 @@
+"""A memory plan for co-resident engines: will the lineup fit the card, and how to split it.
+
+MAI runs two (or more) vLLM engines in one process, on one GPU. Each engine takes a share of
+the card (``gpu_memory_utilization``) for its weights, its activation peak and its KV cache,
+and vLLM refuses to start an engine whose share is not free when it starts (vLLM 0.32,
+``vllm/v1/worker/utils.py::request_memory``: ``free >= total x share``). So the shares must sum
+below what is free, and each engine's KV pool must hold at least one sequence of its
+``max_model_len``. :func:`plan_memory` works this out from the models' local configs
+(:mod:`mai_graph.engines.shape`) and the workload of a MAI run, before any engine starts:
+
+1. the context each model needs per run (:class:`Workload`): image tokens at the processor's
+   pixel cap x images per question, the question, the CoT budget, the S2 turn, the transferred
+   reasoning and the short answer, with 10% headroom -> ``max_model_len``;
+2. per engine: weights (per device under tensor parallelism), estimated activation peak
+   (vision encoder at the pixel cap, one batch of ``max_num_batched_tokens``, the sampler's
+   logits), an allowance for CUDA graphs unless ``enforce_eager``, and a CUDA context outside
+   the share (estimates: vLLM measures the real numbers when it profiles at start-up);
+3. the free memory left after those is split into KV pools so that every engine holds the same
+   number of concurrent runs; the shares follow.
+
+Options the user set are kept and checked. A lineup that cannot fit is refused with a
+:class:`PlanError` that gives the numbers and the fixes that would make it fit (each tried:
+lower max pixels, fp8 KV cache, fp8 weights for the largest model, eager mode), plus a second
+GPU or a remote model. On the CPU (vLLM's CPU build) the KV pool is ``kv_cache_gib`` per
+engine and the plan checks that it holds ``max_model_len``.
+
+What is measured and what is not: the KV bytes per token and the weight sizes are exact (the
+tests check them against vLLM's own KV spec code and transformers); the activation, CUDA
+graph and CUDA context allowances are estimates, not measured on a GPU by this project.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from mai_graph.engines.shape import ModelShape, read_shape
+from mai_graph.engines.spec import LineupSpec, ModelSpec
+from mai_graph.errors import ConfigError
+
+__all__ = [
+    "CUDA_CONTEXT_BYTES",
+    "CUDA_GRAPH_BYTES",
+    "Device",
+    "EnginePlan",
+    "MemoryPlan",
+    "PlanError",
+    "Workload",
+    "parse_size",
+    "plan_for_start",
+    "plan_memory",
+    "host_device",
+    "probe_devices",
+]
+
+GiB = 1 << 30
+
+CUDA_CONTEXT_BYTES = int(0.6 * GiB)
+"""Per engine process, outside its share: the CUDA context and libraries' workspaces
+(an estimate; vLLM's share excludes what the process held before it measured free memory)."""
+
+CUDA_GRAPH_BYTES = int(0.5 * GiB)
+"""Per engine inside its share, unless ``enforce_eager``: captured CUDA graphs (an estimate;
+vLLM 0.32 measures its own)."""
+
+MARGIN = 0.02
+"""Share of each card left unplanned (fragmentation, other processes' small allocations)."""
+
+TEMPLATE_TOKENS = 96
+"""Chat-template tokens of a prompt beside the question: system prompt, role markers,
+instructions (mai-graph's prompts are shorter than this)."""
+
+S2_TURN_TOKENS = 48
+"""The S2 extraction turn's own tokens (instruction and markers)."""
+
+DEFAULT_BATCHED_TOKENS = 8192
+"""``max_num_batched_tokens`` assumed when unset (vLLM's default depends on the card and the
+entry point; an assumption)."""
+
+DEFAULT_MAX_SEQS = 256
+"""``max_num_seqs`` assumed when unset (vLLM's usual default on GPU)."""
+
+CPU_DEFAULT_MAX_MODEL_LEN = 4096
+"""``VLLMBackend``'s default ``max_model_len`` (used as is on the CPU)."""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB|TiB|TB|G|M|T)?\s*$", re.IGNORECASE)
+_UNITS = {"gib": GiB, "gb": 10**9, "mib": 1 << 20, "mb": 10**6, "tib": 1 << 40, "tb": 10**12,
+          "g": GiB, "m": 1 << 20, "t": 1 << 40, None: GiB}  # fmt: skip
+
+
+class PlanError(ConfigError):
+    """The lineup does not fit the device(s): the message has the numbers, ``fix`` the ways out."""
+
+
+def parse_size(raw: str | int | float, parameter: str = "--gpu-memory") -> int:
+    """Bytes of a size: ``80GiB``, ``24GB`` (10^9), ``16384MiB``; a bare number is GiB.
+
+    >>> parse_size("80GiB") == 80 * 2**30, parse_size("24GB"), parse_size(1.5) == 1.5 * 2**30
+    (True, 24000000000, True)
+    """
+    if isinstance(raw, bool):
+        raise ConfigError(f"{parameter} must be a size, got {raw!r}", parameter=parameter)
+    if isinstance(raw, int | float):
+        number, unit = float(raw), None
+    else:
+        match = _SIZE.match(str(raw))
+        if not match:
+            raise ConfigError(
+                f"{parameter} must be a size such as 80GiB or 24GB, got {raw!r}",
+                parameter=parameter,
+                value=raw,
+                fix="give a number with GiB / GB / MiB (a bare number is GiB)",
+            )
+        number, unit = float(match.group(1)), match.group(2)
+    size = int(number * _UNITS[unit.lower() if unit else None])
+    if size <= 0 or size > 1 << 50:
+        raise ConfigError(
+            f"{parameter} must be a positive size below 1 PiB, got {raw!r}",
+            parameter=parameter,
+            value=raw,
+        )
+    return size
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or the host for vLLM's CPU build)."""
+
+    kind: str
+    """``cuda`` or ``cpu``."""
+    index: int
+    total_bytes: int
+    free_bytes: int
+    name: str = ""
+    source: str = "given"
+    """``nvml`` / ``torch`` (probed when engines start), ``given`` (``--gpu-memory``)."""
+
+
+def probe_devices() -> list[Device]:
+    """The CUDA devices this process sees, with free memory (empty when there is none).
+
+    Reads NVML (``nvidia-ml-py``, installed with vLLM), which does not initialize CUDA in this
+    process; falls back to ``torch.cuda.mem_get_info`` where NVML is missing. Honours
+    ``CUDA_VISIBLE_DEVICES`` (indices are the visible ones, as vLLM's ``device_ids``).
+    """
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        return []
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML library or no driver: try torch
+        return _probe_torch()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        ids: list[Any] = list(range(count))
+        if visible:
+            ids = [int(v) if v.strip().isdigit() else v.strip() for v in visible.split(",")]
+        devices = []
+        for index, ident in enumerate(ids):
+            if isinstance(ident, int):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(ident)
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(ident)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            devices.append(
+                Device("cuda", index, int(info.total), int(info.free),
+                       name.decode() if isinstance(name, bytes) else str(name), "nvml")
+            )  # fmt: skip
+        return devices
+    except Exception:  # noqa: BLE001 - an NVML without devices
+        return _probe_torch()
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def host_device() -> Device:
+    """The host, as vLLM's CPU build sees it (RAM total and available)."""
+    try:
+        import psutil
+
+        memory = psutil.virtual_memory()
+        total, free = int(memory.total), int(memory.available)
+    except Exception:  # noqa: BLE001 - no psutil: the plan still checks the KV pools
+        total = free = 0
+    return Device("cpu", 0, total, free, "host", "host")
+
+
+def _probe_torch() -> list[Device]:
+    import os
+    import sys
+
+    # No NVIDIA device nodes and torch not loaded: no GPU, and no reason to import torch.
+    if "torch" not in sys.modules and not os.path.exists("/dev/nvidiactl"):
+        return []
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        out.append(
+            Device("cuda", index, int(total), int(free), torch.cuda.get_device_name(index), "torch")
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one MAI run asks of each model's context."""
+
+    images: int = 1
+    """Images per question (a video counts as its frames' tokens; plan for it with
+    ``max_pixels``)."""
+    max_pixels: int | None = None
+    """Pixel cap per image (default: each model's ``mm_processor_kwargs`` ``max_pixels``,
+    else its processor's cap)."""
+    question_tokens: int = 256
+    """The question and its options."""
+    cot_max_tokens: int = 512
+    short_max_tokens: int = 16
+    s2_max_tokens: int = 16
+    transfer_tokens: int = 103
+    """Reasoning tokens the large model reads (``keep_ratio`` x CoT budget, at most
+    ``max_transfer_tokens``)."""
+
+    @classmethod
+    def from_context(cls, context: Any = None, **overrides: Any) -> Workload:
+        """The workload of runs under ``context`` (a ``MAIContext``; default settings if None)."""
+        from mai_graph.context import MAIContext
+
+        ctx = context if context is not None else MAIContext()
+        transfer = min(ctx.max_transfer_tokens, math.ceil(ctx.keep_ratio * ctx.cot_max_tokens))
+        if ctx.sparsify == "none":
+            transfer = min(ctx.max_transfer_tokens, ctx.cot_max_tokens)
+        values: dict[str, Any] = dict(
+            cot_max_tokens=ctx.cot_max_tokens,
+            short_max_tokens=ctx.short_max_tokens,
+            s2_max_tokens=ctx.s2_max_tokens,
+            transfer_tokens=transfer,
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def prefix(self, image_tokens: int) -> int:
+        """System, image(s) and question: the part every call of a run shares."""
+        return TEMPLATE_TOKENS + self.images * image_tokens + self.question_tokens
+
+    def reasoner_tokens(self, image_tokens: int) -> int:
+        """Context of a model that reasons: prefix + CoT + S2 turn + S2 answer."""
+        return self.prefix(image_tokens) + self.cot_max_tokens + S2_TURN_TOKENS + self.s2_max_tokens
+
+    def reader_tokens(self, image_tokens: int) -> int:
+        """Context of a model that reads a transfer, or reasons as the ``large_cot`` baseline."""
+        read = self.prefix(image_tokens) + self.transfer_tokens + self.short_max_tokens
+        return max(read, self.reasoner_tokens(image_tokens))
+
+
+@dataclass
+class EnginePlan:
+    """One engine of the plan (byte figures are per device)."""
+
+    label: str
+    model: str
+    devices: tuple[int, ...]
+    parameters: int
+    weights: int
+    activation: int
+    graphs: int
+    outside: int
+    """Memory the engine's process holds outside its share (CUDA context)."""
+    kv_per_token: int
+    run_tokens: int
+    """Context one run holds in this engine."""
+    image_tokens: int
+    max_model_len: int
+    kv_pool: int = 0
+    gpu_memory_utilization: float | None = None
+    concurrent_runs: int = 0
+    kept: tuple[str, ...] = ()
+    """Options the user set that the plan kept."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fixed(self) -> int:
+        """Inside the share, before the KV pool."""
+        return self.weights + self.activation + self.graphs
+
+    @property
+    def min_kv(self) -> int:
+        """The smallest KV pool vLLM starts with: one sequence of ``max_model_len``."""
+        return self.kv_per_token * self.max_model_len
+
+
+@dataclass
+class MemoryPlan:
+    """The plan of a lineup on its device(s); :attr:`fits` says whether it can start."""
+
+    devices: list[Device]
+    engines: list[EnginePlan]
+    workload: Workload
+    problems: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        """True when every engine can start and hold at least one run."""
+        return not self.problems
+
+    @property
+    def concurrent_runs(self) -> int:
+        """Runs the lineup's KV pools hold at once (the least over the engines)."""
+        return min((e.concurrent_runs for e in self.engines), default=0)
+
+    def apply(self, lineup: LineupSpec) -> LineupSpec:
+        """``lineup`` with the planned shares and context lengths filled in.
+
+        Only ``gpu_memory_utilization`` / ``max_model_len`` the user left unset are filled (GPU
+        plans; a CPU plan changes nothing).
+        """
+        if not self.fits:
+            raise self.error()
+        if self.devices and self.devices[0].kind == "cpu":
+            return lineup
+        by_label = {e.label: e for e in self.engines}
+        for label, _, spec in lineup.members():
+            plan = by_label.get(label)
+            if plan is None:
+                continue
+            update: dict[str, Any] = {}
+            if "gpu_memory_utilization" not in spec.engine:
+                update["gpu_memory_utilization"] = plan.gpu_memory_utilization
+            if "max_model_len" not in spec.engine:
+                update["max_model_len"] = plan.max_model_len
+            if update:
+                lineup = lineup.replace(label, spec.with_engine(**update))
+        return lineup
+
+    def error(self) -> PlanError:
+        """The refusal: every problem with its numbers, and the fixes."""
+        fixes = self.fixes or ["set each engine's gpu_memory_utilization and max_model_len"]
+        return PlanError(
+            "the lineup does not fit: " + "; ".join(self.problems),
+            parameter="lineup",
+            fix="; or ".join(fixes),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``mai-graph plan --json``)."""
+        return {
+            "fits": self.fits,
+            "devices": [asdict(d) for d in self.devices],
+            "workload": asdict(self.workload),
+            "engines": [
+                {**{k: v for k, v in asdict(e).items() if k != "notes"}, "notes": list(e.notes)}
+                for e in self.engines
+            ],
+            "concurrent_runs": self.concurrent_runs,
+            "problems": list(self.problems),
+            "fixes": list(self.fixes),
+        }
+
+    def table(self) -> str:
+        """The plan as a text table (``mai-graph plan``)."""
+        gib = lambda b: f"{b / GiB:.2f}"  # noqa: E731
+        lines = []
+        for d in self.devices:
+            where = f"{d.kind}:{d.index}" + (f" {d.name}" if d.name else "")
+            lines.append(
+                f"device {where}: {gib(d.total_bytes)} GiB total, {gib(d.free_bytes)} GiB free "
+                f"({d.source})"
+            )
+        w = self.workload
+        image_tokens = self.engines[0].image_tokens if self.engines else 0
+        lines.append(
+            f"workload per run: {w.images} image(s) x {image_tokens}"
+            f" tokens, question {w.question_tokens}, CoT {w.cot_max_tokens}, transfer "
+            f"{w.transfer_tokens}, S2 {w.s2_max_tokens}, answer {w.short_max_tokens}"
+        )
+        cpu = bool(self.devices) and self.devices[0].kind == "cpu"
+        share = "kv_cache" if cpu else "share"
+        header = (
+            f"{'engine':<10} {'model':<34} {'dev':>4} {'weights':>8} {'activ.':>7} "
+            f"{'KV pool':>8} {'KV/token':>9} {'run ctx':>8} {'max_len':>8} {share:>8} {'runs':>5}"
+        )
+        lines += ["", header, "-" * len(header)]
+        for e in self.engines:
+            model = e.model if len(e.model) <= 34 else "..." + e.model[-31:]
+            value = "-" if e.gpu_memory_utilization is None else f"{e.gpu_memory_utilization:.3f}"
+            if cpu:
+                value = f"{e.kv_pool / GiB:.0f}GiB"
+            lines.append(
+                f"{e.label:<10} {model:<34} {','.join(map(str, e.devices)) or '-':>4} "
+                f"{gib(e.weights):>8} {gib(e.activation + e.graphs):>7} {gib(e.kv_pool):>8} "
+                f"{e.kv_per_token / 1024:>7.1f}Ki {e.run_tokens:>8,} {e.max_model_len:>8,} "
+                f"{value:>8} {e.concurrent_runs:>5}"
+            )
+        lines.append("(GiB per device; activation = estimated peak + CUDA graphs; runs = "
+                     "concurrent MAI runs its KV pool holds)")  # fmt: skip
+        for d in self.devices:
+            if d.kind != "cuda":
+                continue
+            on = [e for e in self.engines if d.index in e.devices]
+            used = sum((e.gpu_memory_utilization or 0) * d.total_bytes + e.outside for e in on)
+            lines.append(
+                f"cuda:{d.index}: shares {sum(e.gpu_memory_utilization or 0 for e in on):.3f} "
+                f"of {gib(d.total_bytes)} GiB + {gib(sum(e.outside for e in on))} GiB CUDA "
+                f"contexts = {gib(used)} GiB of {gib(d.free_bytes)} GiB free"
+            )
+        for e in self.engines:
+            for note in e.notes:
+                lines.append(f"note: {e.label}: {note}")
+        lines.append("")
+        if self.fits:
+            lines.append(f"fits: yes; the lineup holds {self.concurrent_runs} concurrent runs")
+        else:
+            lines.append("fits: NO")
+            lines += [f"  - {p}" for p in self.problems]
+            if self.fixes:
+                lines.append("fixes that make it fit:")
+                lines += [f"  - {f}" for f in self.fixes]
+        return "\n".join(lines)
+
+
+def _round_len(tokens: int, cap: int) -> int:
+    return min(cap, max(256, math.ceil(tokens * 1.1 / 256) * 256))
+
+
+def _engine_plan(
+    label: str,
+    spec: ModelSpec,
+    shape: ModelShape,
+    workload: Workload,
+    role: str,
+    on_cpu: bool,
+) -> EnginePlan:
+    o = spec.engine
+    tp = int(o.get("tensor_parallel_size") or 1)
+    ids = o.get("device_ids")
+    devices = tuple(int(i) for i in ids) if ids else tuple(range(tp))
+    dtype = o.get("dtype")
+    quant = o.get("quantization")
+    mm = o.get("mm_processor_kwargs") or {}
+    max_pixels = workload.max_pixels or mm.get("max_pixels")
+    if max_pixels is None and isinstance(mm.get("size"), dict):
+        max_pixels = mm["size"].get("longest_edge")
+    image_tokens = shape.image_tokens(int(max_pixels) if max_pixels else None)
+    run = (
+        workload.reasoner_tokens(image_tokens)
+        if role == "reasoner"
+        else workload.reader_tokens(image_tokens)
+    )
+    kept = tuple(k for k in ("gpu_memory_utilization", "max_model_len") if k in o)
+    cap = shape.max_position_embeddings
+    if "max_model_len" in o:
+        max_len = int(o["max_model_len"])
+    elif on_cpu:
+        max_len = CPU_DEFAULT_MAX_MODEL_LEN
+    else:
+        max_len = _round_len(run, cap)
+    batched = int(o.get("max_num_batched_tokens") or DEFAULT_BATCHED_TOKENS)
+    seqs = int(o.get("max_num_seqs") or DEFAULT_MAX_SEQS)
+    weights = math.ceil(shape.weights(dtype, quant) / tp)
+    px = int(max_pixels) if max_pixels else None
+    activation = shape.vision_peak_bytes(px, dtype) + shape.text_peak_bytes(
+        min(batched, max_len), seqs, dtype
+    )
+    eager = o.get("enforce_eager")
+    graphs = 0 if (on_cpu or eager or eager is None and on_cpu) else CUDA_GRAPH_BYTES
+    plan = EnginePlan(
+        label=label,
+        model=spec.name or spec.model,
+        devices=() if on_cpu else devices,
+        parameters=shape.parameters,
+        weights=weights,
+        activation=0 if on_cpu else activation,
+        graphs=graphs,
+        outside=0 if on_cpu else CUDA_CONTEXT_BYTES,
+        kv_per_token=shape.kv_bytes_per_token(o.get("kv_cache_dtype"), tp),
+        run_tokens=run,
+        image_tokens=image_tokens,
+        max_model_len=max_len,
+        kept=kept,
+    )
+    if shape.weight_source == "config":
+        plan.notes.append("weights counted from config.json (no safetensors files here)")
+    return plan
+
+
+def _roles(lineup: LineupSpec) -> dict[str, str]:
+    """``reasoner`` for models that write a chain of thought in some stage, else ``reader``.
+
+    Drafters and the small model reason; the chain's models read a transfer, and every one
+    but the last also reasons as the next stage's small model.
+    """
+    roles = {}
+    chain = [label for label, side, _ in lineup.members() if side == "large"]
+    for label, side, _ in lineup.members():
+        roles[label] = "reasoner" if side == "small" or label != chain[-1] else "reader"
+    return roles
+
+
+def _in_process(lineup: LineupSpec) -> list[tuple[str, ModelSpec]]:
+    return [
+        (label, spec) for label, _, spec in lineup.members() if spec.kind(lineup.backend) == "vllm"
+    ]
+
+
+def plan_memory(
+    lineup: LineupSpec,
+    devices: Sequence[Device],
+    workload: Workload | None = None,
+    *,
+    shapes: dict[str, ModelShape] | None = None,
+    suggest: bool = True,
+) -> MemoryPlan:
+    """The memory plan of ``lineup``'s in-process vLLM engines on ``devices``.
+
+    Args:
+        lineup: The lineup (its models' engine options are read; other kinds are skipped).
+        devices: The CUDA devices (index = vLLM's ``device_ids``), or one ``cpu`` device.
+        workload: What a run asks (default: default settings, one image).
+        shapes: Model shapes by model path (default: read from the local configs).
+        suggest: On a refusal, try the fixes and list those that make it fit.
+
+    Raises:
+        ConfigError: A model's config is not on this machine or cannot be read.
+    """
+    workload = workload or Workload()
+    shapes = dict(shapes or {})
+    members = _in_process(lineup)
+    roles = _roles(lineup)
+    on_cpu = bool(devices) and devices[0].kind == "cpu"
+    engines = []
+    for label, spec in members:
+        if spec.model not in shapes:
+            shapes[spec.model] = read_shape(spec.model)
+        engines.append(_engine_plan(label, spec, shapes[spec.model], workload, roles[label],
+                                    on_cpu))  # fmt: skip
+    plan = MemoryPlan(list(devices), engines, workload)
+    if not engines:
+        return plan
+    if not devices:
+        plan.problems.append("no device to plan for")
+        return plan
+    for e, (_, spec) in zip(engines, members):
+        _check_context(plan, e, shapes[spec.model])
+    if on_cpu:
+        _plan_cpu(plan, members)
+    else:
+        _plan_gpu(plan, members)
+    if not plan.fits and suggest:
+        plan.fixes = _fixes(lineup, devices, workload, shapes, plan)
+    return plan
+
+
+def _check_context(plan: MemoryPlan, e: EnginePlan, shape: ModelShape) -> None:
+    if e.run_tokens > shape.max_position_embeddings:
+        plan.problems.append(
+            f"{e.label} ({e.model}) needs {e.run_tokens:,} tokens per run, beyond the model's "
+            f"{shape.max_position_embeddings:,}-token context"
+        )
+    elif e.max_model_len < e.run_tokens:
+        plan.problems.append(
+            f"{e.label} ({e.model}): max_model_len={e.max_model_len:,} is below the "
+            f"{e.run_tokens:,} tokens a run needs ({e.image_tokens:,} per image)"
+        )
+
+
+def _plan_cpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
+    host = plan.devices[0]
+    for e, (_, spec) in zip(plan.engines, members):
+        gib = spec.engine.get("kv_cache_gib") or 1
+        e.kv_pool = max(1, round(gib)) * GiB  # as VLLMBackend sets VLLM_CPU_KVCACHE_SPACE
+        if e.kv_pool < e.min_kv:
+            plan.problems.append(
+                f"{e.label} ({e.model}): a KV cache of {e.kv_pool / GiB:.0f} GiB holds "
+                f"{e.kv_pool // e.kv_per_token:,} tokens, less than max_model_len="
+                f"{e.max_model_len:,}"
+            )
+        e.concurrent_runs = e.kv_pool // max(1, e.kv_per_token * e.run_tokens)
+    need = sum(e.weights + e.kv_pool for e in plan.engines)
+    if host.free_bytes and need > host.free_bytes:
+        plan.problems.append(
+            f"the engines' weights and KV caches take {need / GiB:.2f} GiB of RAM, but only "
+            f"{host.free_bytes / GiB:.2f} GiB is available"
+        )
+
+
+def _plan_gpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
+    by_index = {d.index: d for d in plan.devices}
+    for e in plan.engines:
+        missing = [i for i in e.devices if i not in by_index]
+        if missing:
+            plan.problems.append(
+                f"{e.label} ({e.model}) is placed on device(s) {missing}, but only "
+                f"{sorted(by_index)} are there"
+            )
+    if not plan.fits:
+        return
+    # Each engine's share is one fraction of every card it spans; plan on the tightest card.
+    for d in plan.devices:
+        on = [e for e in plan.engines if d.index in e.devices]
+        if not on:
+            continue
+        total = d.total_bytes
+        budget = d.free_bytes - sum(e.outside for e in on) - int(MARGIN * total)
+        fixed_user = [e for e in on if "gpu_memory_utilization" in e.kept]
+        auto = [e for e in on if e not in fixed_user]
+        user_bytes = 0
+        for e, (_, spec) in zip(plan.engines, members):
+            if e not in fixed_user:
+                continue
+            share = float(spec.engine["gpu_memory_utilization"])
+            e.gpu_memory_utilization = share
+            e.kv_pool = int(share * total) - e.fixed
+            user_bytes += int(share * total)
+            if e.kv_pool < e.min_kv:
+                plan.problems.append(
+                    f"{e.label} ({e.model}): gpu_memory_utilization={share} gives "
+                    f"{share * total / GiB:.2f} GiB on cuda:{d.index}, but weights "
+                    f"{e.weights / GiB:.2f} + activations {(e.activation + e.graphs) / GiB:.2f}"
+                    f" + one {e.max_model_len:,}-token sequence {e.min_kv / GiB:.2f} GiB need "
+                    f"{(e.fixed + e.min_kv) / GiB:.2f} GiB"
+                )
+        need = sum(e.fixed + e.min_kv for e in auto)
+        left = budget - user_bytes - need
+        if left < 0:
+            parts = ", ".join(
+                f"{e.label} {e.weights / GiB:.2f} weights + {(e.activation + e.graphs) / GiB:.2f}"
+                f" activations + {e.min_kv / GiB:.2f} KV"
+                for e in auto
+            )
+            weights = sum(e.weights for e in on)
+            if weights > budget:
+                plan.problems.append(
+                    f"the weights alone ({weights / GiB:.2f} GiB) exceed what cuda:{d.index} "
+                    f"can give the engines ({max(0, budget) / GiB:.2f} GiB)"
+                )
+            plan.problems.append(
+                f"cuda:{d.index} has {d.free_bytes / GiB:.2f} GiB free; the engines need "
+                f"{(need + user_bytes + sum(e.outside for e in on)) / GiB:.2f} GiB ({parts}"
+                f"{', user shares ' + format(user_bytes / GiB, '.2f') if user_bytes else ''}, "
+                f"{sum(e.outside for e in on) / GiB:.2f} CUDA contexts) with "
+                f"{MARGIN:.0%} kept free"
+            )
+            continue
+        weight = sum(e.kv_per_token * e.run_tokens for e in auto) or 1
+        for e in auto:
+            kv = e.min_kv + int(left * e.kv_per_token * e.run_tokens / weight)
+            share = math.floor((e.fixed + kv) / total * 1000) / 1000
+            if e.gpu_memory_utilization is not None:  # spans several cards: the tightest wins
+                share = min(share, e.gpu_memory_utilization)
+            e.gpu_memory_utilization = share
+            e.kv_pool = int(share * total) - e.fixed
+    for e in plan.engines:
+        e.concurrent_runs = max(0, e.kv_pool) // max(1, e.kv_per_token * e.run_tokens)
+        if plan.fits and e.kv_pool < e.min_kv:
+            plan.problems.append(
+                f"{e.label} ({e.model}): its KV pool ({e.kv_pool / GiB:.2f} GiB) holds less than "
+                f"one {e.max_model_len:,}-token sequence ({e.min_kv / GiB:.2f} GiB)"
+            )
+
+
+def _fixes(
+    lineup: LineupSpec,
+    devices: Sequence[Device],
+    workload: Workload,
+    shapes: dict[str, ModelShape],
+    failed: MemoryPlan,
+) -> list[str]:
+    """Changes that make the plan fit, each tried; then the ones that always work."""
+    members = _in_process(lineup)
+    out: list[str] = []
+
+    def fits(candidate: LineupSpec, work: Workload = workload) -> MemoryPlan | None:
+        try:
+            plan = plan_memory(candidate, devices, work, shapes=shapes, suggest=False)
+        except ConfigError:
+            return None
+        return plan if plan.fits else None
+
+    def with_all(**options: Any) -> LineupSpec:
+        out_lineup = lineup
+        for label, spec in members:
+            keep = {k: v for k, v in options.items() if k not in spec.engine}
+            out_lineup = out_lineup.replace(label, spec.with_engine(**keep))
+        return out_lineup
+
+    image_tokens = max((e.image_tokens for e in failed.engines), default=0)
+    unit = 1024  # Qwen3-VL: one token per 32 x 32 pixels
+    for shape in shapes.values():
+        if shape.is_vision:
+            unit = (shape.patch_size * shape.merge_size) ** 2
+            break
+    tried: list[tuple[str, LineupSpec, Workload]] = []
+    for pixels in (1024 * unit, 256 * unit):
+        if image_tokens - 2 > pixels // unit:
+            tried.append((
+                f"cap images at {pixels:,} pixels ({pixels // unit + 2:,} tokens each): "
+                f'mm_processor_kwargs={{"max_pixels": {pixels}}} for every model',
+                with_all(mm_processor_kwargs={"max_pixels": pixels}),
+                replace(workload, max_pixels=pixels),
+            ))  # fmt: skip
+    if workload.cot_max_tokens > 256:
+        tried.append(
+            (
+                f"a shorter CoT budget: cot_max_tokens={workload.cot_max_tokens // 2}",
+                lineup,
+                replace(workload, cot_max_tokens=workload.cot_max_tokens // 2),
+            )
+        )
+    tried.append(
+        (
+            "an fp8 KV cache: kv_cache_dtype=fp8 for every model",
+            with_all(kv_cache_dtype="fp8"),
+            workload,
+        )
+    )
+    if members:
+        big_label, big = max(members, key=lambda m: shapes[m[1].model].parameters)
+        if "quantization" not in big.engine:
+            tried.append(
+                (
+                    f"fp8 weights for the {big_label} model: quantization=fp8",
+                    lineup.replace(big_label, big.with_engine(quantization="fp8")),
+                    workload,
+                )
+            )
+            combo = with_all(kv_cache_dtype="fp8", mm_processor_kwargs={"max_pixels": 1024 * unit})
+            for label, _, spec in combo.members():
+                if label == big_label:
+                    combo = combo.replace(label, spec.with_engine(quantization="fp8"))
+            tried.append((
+                f"all three: fp8 weights for the {big_label} model, fp8 KV cache, images capped "
+                f"at {1024 * unit:,} pixels",
+                combo, replace(workload, max_pixels=1024 * unit),
+            ))  # fmt: skip
+    tried.append(
+        (
+            "eager mode (no CUDA graphs): enforce_eager=true for every model",
+            with_all(enforce_eager=True),
+            workload,
+        )
+    )
+    for text, candidate, work in tried:
+        plan = fits(candidate, work)
+        if plan is not None:
+            out.append(f"{text} (then {plan.concurrent_runs} concurrent runs)")
+    out.append("put the large model on a second GPU: device_ids=[1] for it")
+    out.append("run the large model remotely: backend=openai with its vllm serve URL")
+    return out
+
+
+def plan_for_start(
+    lineup: LineupSpec,
+    *,
+    context: Any = None,
+    gpu_memory: str | None = None,
+    devices: Sequence[Device] | None = None,
+) -> LineupSpec:
+    """The lineup an engine should start with: planned on a GPU, checked on the CPU.
+
+    With in-process vLLM models and a GPU (``devices``, else :func:`probe_devices`, or one card
+    of ``gpu_memory``), the plan fills each engine's unset ``gpu_memory_utilization`` and
+    ``max_model_len``, and a lineup that cannot fit raises :class:`PlanError`. A model whose
+    config is not on this machine is refused only when the plan would have to choose its share;
+    with every share given, the plan is skipped. Without a GPU (vLLM's CPU build), the plan
+    checks what it can read locally and changes nothing.
+    """
+    members = _in_process(lineup)
+    if not members:
+        return lineup
+    if devices is None:
+        if gpu_memory is not None:
+            size = parse_size(gpu_memory)
+            devices = [Device("cuda", 0, size, size, "", "given")]
+        else:
+            devices = probe_devices()
+    workload = Workload.from_context(context)
+    if not devices:  # vLLM's CPU build (or no GPU at all): check what can be read here
+        from mai_graph.engines.shape import find_model_dir
+
+        if any(find_model_dir(spec.model) is None for _, spec in members):
+            return lineup
+        plan = plan_memory(lineup, [host_device()], workload)
+        if not plan.fits:
+            raise plan.error()
+        return lineup
+    if all("gpu_memory_utilization" in spec.engine for _, spec in members):
+        from mai_graph.engines.shape import find_model_dir
+
+        if any(find_model_dir(spec.model) is None for _, spec in members):
+            return lineup  # nothing to choose, nothing to read: vLLM checks at start
+    plan = plan_memory(lineup, devices, workload)
+    return plan.apply(lineup)

@@ -1,0 +1,407 @@
+"""What a checkpoint weighs and what its KV cache costs, read from its files without loading it.
+
+:func:`read_shape` reads a model's ``config.json`` (and ``preprocessor_config.json``, and the
+safetensors index or headers where present) from a local folder or the Hugging Face cache; it
+never downloads. The numbers feed the memory plan (:mod:`mai_graph.engines.plan`):
+
+- weight bytes: the safetensors index's ``total_size``, else the sum over the safetensors
+  headers, else a parameter count from the config (exact for Qwen3-VL and Qwen3 text models,
+  checked against transformers in the tests) times the dtype's size;
+- KV bytes per token: layers x KV heads x head size x 2 (K and V) x the KV dtype's size, as
+  vLLM's full-attention KV spec computes it (checked against vLLM's own code in the tests);
+- image tokens at the processor's pixel cap: ``max_pixels / (patch x merge)^2``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mai_graph.errors import ConfigError
+
+__all__ = [
+    "DTYPE_BYTES",
+    "ModelShape",
+    "dtype_bytes",
+    "find_model_dir",
+    "read_shape",
+    "shape_from_config",
+]
+
+DTYPE_BYTES: Mapping[str, float] = {
+    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
+    "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1,
+    "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1, "F64": 8,
+}  # fmt: skip
+"""Bytes per element by dtype name (torch names, vLLM ``dtype`` / ``kv_cache_dtype`` values,
+safetensors header codes)."""
+
+# Bytes per weight parameter under a quantization method (linear layers; embeddings and norms
+# stay in the model dtype). Approximate for the 4-bit methods (group scales add ~3%).
+_QUANT_BYTES: Mapping[str, float] = {
+    "fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "ptpc_fp8": 1.0, "compressed-tensors": 1.0,
+    "awq": 0.53, "awq_marlin": 0.53, "gptq": 0.53, "gptq_marlin": 0.53, "bitsandbytes": 0.53,
+    "gguf": 0.6, "experts_int8": 1.0, "mxfp4": 0.53, "modelopt_fp4": 0.53,
+}  # fmt: skip
+
+# Qwen-VL image processors, when a folder has no preprocessor_config.json. Qwen3-VL: patch 16,
+# merge 2, size {"shortest_edge": 65536, "longest_edge": 16777216}; Qwen2-VL / Qwen2.5-VL: patch
+# 14, merge 2, min_pixels 3136, max_pixels 12845056 (their published preprocessor_config.json
+# files on the Hugging Face hub).
+_PROCESSOR_DEFAULTS: Mapping[str, tuple[int, int, int, int]] = {
+    "qwen3_vl": (16, 2, 65536, 16777216),
+    "qwen2_vl": (14, 2, 3136, 12845056),
+    "qwen2_5_vl": (14, 2, 3136, 12845056),
+}
+
+
+def dtype_bytes(name: str | None, default: float = 2) -> float:
+    """Bytes per element of a dtype name (``auto`` / ``None``: ``default``).
+
+    >>> dtype_bytes("bfloat16"), dtype_bytes("fp8"), dtype_bytes("auto", 4)
+    (2, 1, 4)
+    """
+    if name is None or name == "auto":
+        return default
+    name = str(name).removeprefix("torch.")
+    if name not in DTYPE_BYTES:
+        raise ConfigError(
+            f"unknown dtype {name!r}",
+            parameter="dtype",
+            value=name,
+            fix=f"use one of {sorted(k for k in DTYPE_BYTES if k.islower())}",
+        )
+    return DTYPE_BYTES[name]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of one checkpoint that decide its memory (see the module docstring)."""
+
+    model_type: str
+    layers: int
+    hidden_size: int
+    intermediate_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    dtype: str
+    """The checkpoint's own dtype (``config.json``'s ``dtype`` / ``torch_dtype``)."""
+    parameters: int
+    """All parameters (text model + vision encoder)."""
+    vision_parameters: int
+    weight_bytes: int | None
+    """From the safetensors files when present (``None``: count x dtype size)."""
+    weight_source: str
+    """Where :attr:`weight_bytes` comes from: ``safetensors index``, ``safetensors headers``
+    or ``config`` (counted)."""
+    vision_hidden: int = 0
+    vision_intermediate: int = 0
+    vision_depth: int = 0
+    patch_size: int = 0
+    merge_size: int = 1
+    temporal_patch_size: int = 1
+    min_pixels: int = 0
+    max_pixels: int = 0
+
+    @property
+    def is_vision(self) -> bool:
+        """Whether the checkpoint has a vision encoder."""
+        return self.vision_depth > 0
+
+    def weights(self, dtype: str | None = None, quantization: str | None = None) -> int:
+        """Weight bytes as an engine loads them (``dtype`` / ``quantization`` as given to vLLM).
+
+        The safetensors size is used as it is when neither is given; otherwise the count is
+        priced at the engine's dtype, and at the method's bytes per parameter for the text
+        model's linear layers when quantized (approximate for 4-bit methods).
+        """
+        if quantization is None and (dtype is None or dtype == "auto"):
+            if self.weight_bytes is not None:
+                return self.weight_bytes
+        size = dtype_bytes(dtype, dtype_bytes(self.dtype))
+        if quantization is None:
+            return int(self.parameters * size)
+        if quantization not in _QUANT_BYTES:
+            raise ConfigError(
+                f"the memory plan does not know quantization {quantization!r}",
+                parameter="quantization",
+                value=quantization,
+                fix=f"use one of {sorted(_QUANT_BYTES)}, or set gpu_memory_utilization yourself",
+            )
+        linear = self.layers * self._linear_per_layer()
+        rest = self.parameters - linear
+        return int(linear * _QUANT_BYTES[quantization] + rest * size)
+
+    def _linear_per_layer(self) -> int:
+        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        return h * self.heads * d * 2 + h * self.kv_heads * d * 2 + 3 * h * i
+
+    def kv_bytes_per_token(self, kv_dtype: str | None = None, tensor_parallel: int = 1) -> int:
+        """KV cache bytes one token takes on one device (K and V, every layer).
+
+        ``kv_dtype`` is vLLM's ``kv_cache_dtype`` (``auto``: the model's dtype). Under tensor
+        parallelism each device holds ``max(1, kv_heads // tp)`` heads, as vLLM splits them.
+        """
+        size = dtype_bytes(kv_dtype, dtype_bytes(self.dtype))
+        heads = max(1, self.kv_heads // max(1, tensor_parallel))
+        return int(self.layers * heads * self.head_dim * 2 * size)
+
+    def image_tokens(self, max_pixels: int | None = None) -> int:
+        """LM tokens of one image at ``max_pixels`` (default: the processor's cap), 0 if none.
+
+        Qwen-VL processors resize an image to at most ``max_pixels`` in multiples of
+        ``patch x merge``; each ``(patch x merge)^2`` pixels become one token, plus the
+        vision start / end tokens.
+        """
+        if not self.is_vision:
+            return 0
+        pixels = max_pixels or self.max_pixels
+        unit = (self.patch_size * self.merge_size) ** 2
+        return pixels // unit + 2
+
+    def vision_peak_bytes(self, max_pixels: int | None = None, dtype: str | None = None) -> int:
+        """Estimated peak activation of the vision encoder on one image at ``max_pixels``.
+
+        Per patch one block holds its input, the fused QKV projection, the attention output and
+        the MLP's hidden layer (flash / memory-efficient attention: no patch x patch matrix),
+        with 1.5x for the allocator. An estimate, not a measurement: vLLM measures the real peak
+        when it profiles at start-up.
+        """
+        if not self.is_vision:
+            return 0
+        pixels = max_pixels or self.max_pixels
+        patches = pixels // (self.patch_size**2)
+        size = dtype_bytes(dtype, dtype_bytes(self.dtype))
+        per_patch = (6 * self.vision_hidden + self.vision_intermediate) * size
+        return int(1.5 * patches * per_patch)
+
+    def text_peak_bytes(self, batched_tokens: int, max_seqs: int, dtype: str | None = None) -> int:
+        """Estimated peak activation of one forward pass over ``batched_tokens`` tokens.
+
+        Per token the MLP's gate, up and activated layers and a few hidden-size tensors; plus
+        float32 logits for ``max_seqs`` sampled positions. An estimate (vLLM measures it).
+        """
+        size = dtype_bytes(dtype, dtype_bytes(self.dtype))
+        per_token = (3 * self.intermediate_size + 4 * self.hidden_size) * size
+        return int(batched_tokens * per_token + max_seqs * self.vocab_size * 4)
+
+
+def find_model_dir(model: str) -> Path | None:
+    """The local folder holding ``model``'s ``config.json``.
+
+    The path itself, or the Hugging Face cache's snapshot of a hub id; ``None`` when neither
+    is on this machine (nothing is downloaded).
+    """
+    path = Path(model).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - an odd id is simply not in the cache
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read {path.name} of {path.parent}: {exc}",
+            parameter="model",
+            value=str(path.parent),
+            fix="point the model at a checkpoint folder with a valid config.json",
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object", parameter="model", value=str(path.parent))
+    return data
+
+
+def _safetensors_bytes(folder: Path) -> tuple[int | None, str]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        total = _read_json(index).get("metadata", {}).get("total_size")
+        if isinstance(total, int) and total > 0:
+            return total, "safetensors index"
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None, "config"
+    total = 0
+    for file in files:
+        try:
+            with file.open("rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                if length > 100_000_000:
+                    return None, "config"
+                header = json.loads(f.read(length))
+        except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
+            return None, "config"
+        for key, tensor in header.items():
+            if key == "__metadata__" or not isinstance(tensor, dict):
+                continue
+            count = math.prod(tensor.get("shape", []))
+            total += int(count * DTYPE_BYTES.get(tensor.get("dtype", "BF16"), 2))
+    return total, "safetensors headers"
+
+
+def _text_parameters(t: Mapping[str, Any], tied: bool) -> int:
+    h, i, v = t["hidden_size"], t["intermediate_size"], t["vocab_size"]
+    heads, kv = t["num_attention_heads"], t.get("num_key_value_heads", t["num_attention_heads"])
+    d = t.get("head_dim") or h // heads
+    bias = bool(t.get("attention_bias", False))
+    per_layer = (
+        h * heads * d
+        + h * kv * d * 2
+        + heads * d * h  # q, k, v, o
+        + (heads * d + 2 * kv * d + h if bias else 0)
+        + 3 * h * i  # gate, up, down
+        + 2 * h  # the two RMSNorms
+    )
+    if t.get("model_type", "").startswith("qwen3"):
+        per_layer += 2 * d  # q_norm, k_norm
+    return v * h * (1 if tied else 2) + t["num_hidden_layers"] * per_layer + h
+
+
+def _vision_parameters(vc: Mapping[str, Any], model_type: str) -> int:
+    h = int(
+        vc["hidden_size"] if model_type == "qwen3_vl" else vc.get("embed_dim", vc["hidden_size"])
+    )
+    i = int(vc.get("intermediate_size") or h * vc.get("mlp_ratio", 4))
+    depth, p = vc["depth"], vc["patch_size"]
+    t, m = vc.get("temporal_patch_size", 2), vc.get("spatial_merge_size", 2)
+    out = int(vc.get("out_hidden_size") or vc["hidden_size"])
+    in_ch = vc.get("in_channels", vc.get("in_chans", 3))
+    hm = h * m * m
+    patch = in_ch * t * p * p * h + (h if model_type == "qwen3_vl" else 0)
+    if model_type == "qwen3_vl":
+        block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h)
+        merger = 2 * h + (hm * hm + hm) + (hm * out + out)
+        deep = len(vc.get("deepstack_visual_indexes", ())) * (
+            2 * hm + hm * hm + hm + hm * out + out
+        )
+        pos = vc.get("num_position_embeddings", 0) * h
+        return patch + pos + depth * block + merger + deep
+    # Qwen2-VL (GELU MLP, LayerNorm) / Qwen2.5-VL (gated MLP, RMSNorm): close, not exact.
+    gated = model_type == "qwen2_5_vl"
+    mlp = 3 * h * i if gated else 2 * h * i + i + h
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + mlp
+    merger = 2 * h + (hm * hm + hm) + (hm * out + out)
+    return patch + depth * block + merger
+
+
+def shape_from_config(
+    config: Mapping[str, Any],
+    preprocessor: Mapping[str, Any] | None = None,
+    *,
+    weight_bytes: int | None = None,
+    weight_source: str = "config",
+) -> ModelShape:
+    """A :class:`ModelShape` from a parsed ``config.json`` (and ``preprocessor_config.json``).
+
+    Handles vision-language configs with a ``text_config`` (Qwen3-VL, Qwen2.5-VL) and flat
+    ones (Qwen2-VL, text models).
+    """
+    model_type = str(config.get("model_type", ""))
+    text = config.get("text_config") or config
+    try:
+        h, heads = int(text["hidden_size"]), int(text["num_attention_heads"])
+        tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+        text_params = _text_parameters(text, tied)
+        vc = config.get("vision_config") or None
+        vision_params = _vision_parameters(vc, model_type) if vc else 0
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"config.json lacks a field the memory plan needs: {exc}",
+            parameter="model",
+            fix="check that the folder holds a transformer checkpoint's config.json",
+        ) from None
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or text.get("dtype")
+                or text.get("torch_dtype") or "bfloat16")  # fmt: skip
+    fields: dict[str, Any] = {}
+    if vc:
+        patch, merge, min_px, max_px = _PROCESSOR_DEFAULTS.get(
+            model_type, (vc.get("patch_size", 14), vc.get("spatial_merge_size", 2), 3136, 12845056)
+        )
+        if preprocessor:
+            size = preprocessor.get("size") or {}
+            max_px = int(preprocessor.get("max_pixels") or size.get("max_pixels")
+                         or size.get("longest_edge") or max_px)  # fmt: skip
+            min_px = int(preprocessor.get("min_pixels") or size.get("min_pixels")
+                         or size.get("shortest_edge") or min_px)  # fmt: skip
+            patch = int(preprocessor.get("patch_size") or patch)
+            merge = int(preprocessor.get("merge_size") or merge)
+        vh = (
+            vc.get("hidden_size")
+            if model_type == "qwen3_vl"
+            else vc.get("embed_dim", vc.get("hidden_size"))
+        )
+        fields = dict(
+            vision_hidden=int(vh),
+            vision_intermediate=int(vc.get("intermediate_size") or vh * vc.get("mlp_ratio", 4)),
+            vision_depth=int(vc["depth"]),
+            patch_size=patch,
+            merge_size=merge,
+            temporal_patch_size=int(vc.get("temporal_patch_size", 2)),
+            min_pixels=min_px,
+            max_pixels=max_px,
+        )
+    return ModelShape(
+        model_type=model_type,
+        layers=int(text["num_hidden_layers"]),
+        hidden_size=h,
+        intermediate_size=int(text["intermediate_size"]),
+        heads=heads,
+        kv_heads=int(text.get("num_key_value_heads", heads)),
+        head_dim=int(text.get("head_dim") or h // heads),
+        vocab_size=int(text["vocab_size"]),
+        max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
+        tie_word_embeddings=tied,
+        dtype=dtype,
+        parameters=text_params + vision_params,
+        vision_parameters=vision_params,
+        weight_bytes=weight_bytes,
+        weight_source=weight_source,
+        **fields,
+    )
+
+
+def read_shape(model: str) -> ModelShape:
+    """The :class:`ModelShape` of a local checkpoint folder or a hub id in the local cache.
+
+    Raises:
+        ConfigError: Its ``config.json`` is not on this machine, or cannot be read.
+    """
+    folder = find_model_dir(model)
+    if folder is None:
+        raise ConfigError(
+            f"no config.json for {model!r} on this machine (the memory plan reads it; nothing "
+            "is downloaded)",
+            parameter="model",
+            value=model,
+            fix=f"download the checkpoint first (`hf download {model}`), point at its folder, "
+            "or set gpu_memory_utilization and max_model_len for each model yourself",
+        )
+    config = _read_json(folder / "config.json")
+    preprocessor = None
+    if (folder / "preprocessor_config.json").is_file():
+        preprocessor = _read_json(folder / "preprocessor_config.json")
+    elif (folder / "processor_config.json").is_file():  # transformers 5 saves it nested
+        nested = _read_json(folder / "processor_config.json").get("image_processor")
+        preprocessor = nested if isinstance(nested, dict) else None
+    weight_bytes, source = _safetensors_bytes(folder)
+    return shape_from_config(config, preprocessor, weight_bytes=weight_bytes, weight_source=source)
