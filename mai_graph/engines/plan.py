@@ -760,7 +760,9 @@ def _fixes(
         plan = fits(candidate, work)
         if plan is not None:
             out.append(f"{text} (then {plan.concurrent_runs} concurrent runs)")
-    out.append("put the large model on a second GPU: device_ids=[1] for it")
+    placed = {i for e in failed.engines for i in e.devices}
+    if len(placed) <= 1:
+        out.append("put the large model on a second GPU: device_ids=[1] for it")
     out.append("run the large model remotely: backend=openai with its vllm serve URL")
     return out
 
@@ -774,8 +776,8 @@ def plan_for_start(
 ) -> LineupSpec:
     """The lineup an engine should start with: planned on a GPU, checked on the CPU.
 
-    With in-process vLLM models and a GPU (``devices``, else :func:`probe_devices`, or one card
-    of ``gpu_memory``), the plan fills each engine's unset ``gpu_memory_utilization`` and
+    With in-process vLLM models and a GPU (``devices``, else :func:`probe_devices`, each with at
+    most ``gpu_memory`` free), the plan fills each engine's unset ``gpu_memory_utilization`` and
     ``max_model_len``, and a lineup that cannot fit raises :class:`PlanError`. A model whose
     config is not on this machine is refused only when the plan would have to choose its share;
     with every share given, the plan is skipped. Without a GPU (vLLM's CPU build), the plan
@@ -785,11 +787,19 @@ def plan_for_start(
     if not members:
         return lineup
     if devices is None:
+        devices = probe_devices()
         if gpu_memory is not None:
             size = parse_size(gpu_memory)
-            devices = [Device("cuda", 0, size, size, "", "given")]
-        else:
-            devices = probe_devices()
+            if not devices:
+                raise ConfigError(
+                    "--gpu-memory / MAI_GRAPH_GPU_MEMORY caps what the engines plan on a GPU, "
+                    "and this machine has none",
+                    parameter="--gpu-memory",
+                    value=gpu_memory,
+                    fix="drop it here, or dry-run a card with `mai-graph plan --gpu-memory SIZE`",
+                )
+            # Shares are of the card's total (as vLLM takes them); only the free part shrinks.
+            devices = [replace(d, free_bytes=min(d.free_bytes, size)) for d in devices]
     workload = Workload.from_context(context)
     if not devices:  # vLLM's CPU build (or no GPU at all): check what can be read here
         from mai_graph.engines.shape import find_model_dir

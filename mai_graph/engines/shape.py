@@ -210,8 +210,12 @@ def find_model_dir(model: str) -> Path | None:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
-    try:
-        found = try_to_load_from_cache(model, "config.json")
+    import os
+
+    try:  # the cache folder as the environment says now (huggingface_hub reads it at import)
+        found = try_to_load_from_cache(
+            model, "config.json", cache_dir=os.environ.get("HF_HUB_CACHE") or None
+        )
     except Exception:  # noqa: BLE001 - an odd id is simply not in the cache
         return None
     return Path(found).parent if isinstance(found, str) else None
