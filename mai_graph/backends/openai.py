@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
+from mai_graph.backends.render import thinking_for
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.images import load_image
 from mai_graph.media import load_video, video_metadata
@@ -213,6 +214,8 @@ class OpenAIBackend:
                 extra["structured_outputs"] = {"choice": list(request.choices)}
             if request.prompt_logprobs is not None:
                 extra["prompt_logprobs"] = request.prompt_logprobs
+            if not thinking_for(request.purpose):  # thinking templates answer without a think block
+                extra["chat_template_kwargs"] = {"enable_thinking": False}
         elif request.choices is not None or request.min_tokens:
             raise ConfigError(
                 "choices and min_tokens need vLLM's request options",

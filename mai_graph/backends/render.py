@@ -54,10 +54,31 @@ def hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _template(template: Any, messages: Sequence[Message], *, generation_prompt: bool) -> str:
+SHORT_PURPOSES = frozenset({"short", "s2", "answer"})
+"""Calls that want an answer, not reasoning: rendered with ``enable_thinking=False``, which
+thinking templates (Qwen3's convention) read as "answer without a think block" and other
+templates ignore."""
+
+
+def thinking_for(purpose: str) -> bool:
+    """Whether a call of ``purpose`` may think (``False`` for the short-answer calls).
+
+    >>> thinking_for("cot"), thinking_for("short")
+    (True, False)
+    """
+    return purpose not in SHORT_PURPOSES
+
+
+def _template(
+    template: Any, messages: Sequence[Message], *, generation_prompt: bool, thinking: bool = True
+) -> str:
+    options: dict[str, Any] = {} if thinking else {"enable_thinking": False}
     try:
         text = template.apply_chat_template(
-            hf_messages(messages), tokenize=False, add_generation_prompt=generation_prompt
+            hf_messages(messages),
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            **options,
         )
     except Exception as exc:
         raise ConfigError(
@@ -85,6 +106,7 @@ def render(
     eos_token_ids: set[int],
     *,
     template: Any = None,
+    thinking: bool = True,
 ) -> RenderedPrompt:
     """Render and tokenize ``messages``, ending with the assistant generation prompt.
 
@@ -100,6 +122,7 @@ def render(
         eos_token_ids: End-of-turn ids the engine may leave at the end of generated ids.
         template: What renders the chat template: the model's processor (vision models keep
             their template there), default the tokenizer.
+        thinking: ``False`` renders with ``enable_thinking=False`` (see :func:`thinking_for`).
     """
     template = template if template is not None else tokenizer
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
@@ -122,13 +145,13 @@ def render(
                 content.append(part)
         marked.append({"role": m["role"], "content": content})
     if not pieces:
-        full = _template(template, messages, generation_prompt=True)
+        full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
-    rendered = _template(template, marked, generation_prompt=True)
+    rendered = _template(template, marked, generation_prompt=True, thinking=thinking)
     chunks = _SENTINEL.split(rendered)
     found = [int(k) for k in chunks[1::2]]
     if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
-        full = _template(template, messages, generation_prompt=True)
+        full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
     token_ids = _encode(tokenizer, chunks[0])
     spans = []

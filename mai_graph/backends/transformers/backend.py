@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
-from mai_graph.backends.render import render
+from mai_graph.backends.render import render, thinking_for
 from mai_graph.backends.render import vocab_fingerprint as fingerprint_of
 from mai_graph.backends.transformers.attention import reasoning_attention
 from mai_graph.backends.transformers.decode import decode, final_text
@@ -172,7 +172,13 @@ class TransformersBackend:
         See :func:`~mai_graph.backends.transformers.inputs.prompt_inputs`. Blocking.
         """
         model, processor = self.model, self.processor
-        rendered = render(self.tokenizer, request.messages, self._eos_ids(), template=processor)
+        rendered = render(
+            self.tokenizer,
+            request.messages,
+            self._eos_ids(),
+            template=processor,
+            thinking=thinking_for(request.purpose),
+        )
         return prompt_inputs(model, processor, rendered)
 
     def _eos_ids(self) -> set[int]:

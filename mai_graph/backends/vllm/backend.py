@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
-from mai_graph.backends.render import render, vocab_fingerprint
+from mai_graph.backends.render import render, thinking_for, vocab_fingerprint
 from mai_graph.backends.vllm import _compat
 from mai_graph.backends.vllm.teardown import (
     ENGINE_EXIT_GRACE_S,
@@ -160,6 +160,9 @@ class VLLMBackend:
             seed=seed,
         )
         self._engine_kwargs = engine_kwargs
+        # The engine's processor settings (e.g. max_pixels) count media tokens here as well, so
+        # the length check before submitting agrees with what the engine computes.
+        self._mm_kwargs: dict[str, Any] = dict(engine_kwargs.get("mm_processor_kwargs") or {})
         self._engine: AsyncLLM | None = None
         self._owns_engine = True
         self._tokenizer: Any = None
@@ -503,7 +506,7 @@ class VLLMBackend:
         if counter is None:
             return 0
         try:
-            counts = counter(image_sizes=[(image["height"], image["width"])])
+            counts = counter(image_sizes=[(image["height"], image["width"])], **self._mm_kwargs)
         except ValueError as exc:
             raise ImageError(
                 f"{self.name}'s image processor refuses a {image['width']}x{image['height']} "
@@ -524,13 +527,21 @@ class VLLMBackend:
             return 0
         try:
             size = (len(video["indices"]), video["height"], video["width"])
-            tokens = getattr(counter(video_sizes=[size]), "num_video_tokens", None)
+            tokens = getattr(
+                counter(video_sizes=[size], **self._mm_kwargs), "num_video_tokens", None
+            )
         except Exception:  # noqa: BLE001 - the engine checks what cannot be counted here
             return 0
         return int(tokens[0]) if tokens else 0
 
     def _prompt(self, request: GenerationRequest) -> dict[str, Any]:
-        rendered = render(self._tokenizer, request.messages, self._eos, template=self._template)
+        rendered = render(
+            self._tokenizer,
+            request.messages,
+            self._eos,
+            template=self._template,
+            thinking=thinking_for(request.purpose),
+        )
         assert self._engine is not None
         # Each image is one placeholder token in the rendered ids; the engine expands it.
         length = len(rendered.token_ids) + sum(self._image_tokens(r) - 1 for r in rendered.images)

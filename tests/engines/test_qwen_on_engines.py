@@ -1,0 +1,151 @@
+"""The engine paths on the real Qwen vocabulary (tiny random weights, Qwen3-VL's own tokenizer,
+chat template and processor settings): vLLM CPU engines and transformers.
+
+What the toy pair makes trivial is asserted here: constrained choices over options several
+tokens long that share a prefix, answer probabilities that are products over several tokens,
+S2 served from the prefix cache with the real template, image token counts at real processor
+settings (checked against what the engine itself counted), stop ids.
+"""
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mai_graph.backends.base import GenerationRequest
+from mai_graph.images import image_ref
+from mai_graph.loop import run_sync
+from mai_graph.media import resolve_video
+
+pytestmark = pytest.mark.engine
+
+# Images as a deployment meets them: square, 16:9, a tall receipt. The engine caps pixels at
+# 1.31 Mpx (mm_processor_kwargs), as a CPU cannot profile the processor's 16.7 Mpx default.
+SIZES = [(448, 448), (1280, 720), (600, 2000)]
+MM = {"max_pixels": 1_310_720}
+
+
+@pytest.fixture(scope="module")
+def qwen_engines(qwen_pair):
+    pytest.importorskip("vllm")
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+    from mai_graph.backends.vllm import VLLMBackend
+
+    small_dir, large_dir = qwen_pair
+    small = VLLMBackend(str(small_dir), name="qwen-small", mm_processor_kwargs=MM)
+    large = VLLMBackend(str(large_dir), name="qwen-large", mm_processor_kwargs=MM)
+    run_sync(start_backends(small, large))
+    yield small, large
+    shutdown_backends(small, large)
+
+
+@pytest.fixture(scope="module")
+def qwen_transformers(qwen_pair):
+    import torch
+
+    from mai_graph.backends.transformers import TransformersBackend
+
+    torch.set_num_threads(1)
+    return TransformersBackend(str(qwen_pair[0]), name="qwen-small-hf")
+
+
+def picture(tmp_path: Path, size, name="p.png"):
+    img = Image.new("RGB", size, (120, 120, 120))
+    img.paste((200, 30, 30), (size[0] // 4, size[1] // 4, size[0] // 2, size[1] // 2))
+    img.save(tmp_path / name)
+    return image_ref(str(tmp_path / name))
+
+
+def ask(parts, **options):
+    messages = ({"role": "user", "content": parts},)
+    return GenerationRequest(messages, **{"max_tokens": 8, **options})
+
+
+def text(value):
+    return {"type": "text", "text": value}
+
+
+@pytest.mark.parametrize("backend_kind", ["vllm", "transformers"])
+def test_choices_over_multi_token_options_that_share_a_prefix(backend_kind, request, tmp_path):
+    from nodes._common import answer_probability
+
+    backend = (request.getfixturevalue("qwen_engines")[0] if backend_kind == "vllm"
+               else request.getfixturevalue("qwen_transformers"))  # fmt: skip
+    tok = backend.tokenizer
+    assert len(tok.encode("dark red", add_special_tokens=False)) == 2
+    image = picture(tmp_path, (448, 448))
+    req = ask([{"type": "image", "image": image}, text("Which colour? dark red or dark blue")],
+              choices=("dark red", "dark blue"), logprobs=0)  # fmt: skip
+    gen = asyncio.run(backend.generate(req))
+    assert gen.text in ("dark red", "dark blue")
+    ids = [t for t in gen.token_ids if t not in (151645, 151643)]
+    assert ids == tok.encode(gen.text, add_special_tokens=False)
+    probs = [math.exp(lp) for lp in gen.logprobs[: len(ids)]]
+    # "dark" is the only token either option allows first: probability 1 under the constraint.
+    assert probs[0] == pytest.approx(1.0, abs=1e-3)
+    product = math.prod(math.exp(lp) for lp in gen.logprobs)
+    assert answer_probability(gen) == pytest.approx(product, rel=1e-6)
+    assert 0 < answer_probability(gen) <= 1
+    letters_req = ask([text("A, B, C or D?")], choices=("A", "B", "C", "D"), logprobs=0)
+    letters = asyncio.run(backend.generate(letters_req))
+    assert letters.text in "ABCD" and len(letters.text) == 1
+
+
+def test_image_token_counts_match_the_engine(qwen_engines, tmp_path):
+    """What mai-graph counts before submitting equals what the engine expanded."""
+    from mai_graph.backends.render import render
+
+    small, _ = qwen_engines
+    refs = [picture(tmp_path, size, f"{size[0]}x{size[1]}.png") for size in SIZES]
+    cases = [[r] for r in refs] + [refs[:2]]
+    for images in cases:
+        parts = [{"type": "image", "image": r} for r in images] + [text("Describe.")]
+        req = ask(parts, max_tokens=1)
+        rendered = render(small.tokenizer, req.messages, set(), template=small._template)
+        counted = len(rendered.token_ids) + sum(small._image_tokens(r) - 1 for r in images)
+        gen = run_sync(small.generate(req))
+        assert gen.prompt_tokens == counted, [r["width"] for r in images]
+    # Real processor arithmetic: 448 x 448 -> 14 x 14 tokens of 32 x 32 pixels.
+    assert small._image_tokens(refs[0]) == 196
+    assert small._image_tokens(refs[2]) > small._image_tokens(refs[1]) > 196
+
+
+def test_video_token_counts_match_the_engine(qwen_engines, tmp_path):
+    from mai_graph.backends.render import render
+
+    small, _ = qwen_engines
+    frames = []
+    for i in range(8):
+        frame = tmp_path / f"f{i}.png"
+        Image.new("RGB", (320, 240), (30 * i, 100, 100)).save(frame)
+        frames.append(str(frame))
+    video = resolve_video({"frames": frames, "fps": 2.0}, video_fps=2.0, max_frames=8)
+    req = ask([{"type": "video", "video": video}, text("What changes?")], max_tokens=1)
+    rendered = render(small.tokenizer, req.messages, set(), template=small._template)
+    counted = len(rendered.token_ids) + small._video_tokens(video) - 1
+    gen = run_sync(small.generate(req))
+    assert small._video_tokens(video) > 0
+    assert gen.prompt_tokens == counted
+
+
+def test_s2_and_the_transfer_are_served_from_the_prefix_cache(qwen_engines, tmp_path):
+    """A forced transfer run on the real template: S2 re-reads its cached conversation."""
+    from mai_graph.demo import demo_image
+    from mai_graph.engines.bench import measure
+
+    small, large = qwen_engines
+    image = demo_image(tmp_path / "demo.png")
+    result = run_sync(measure(small, large, image, repeats=1, concurrency=0, short=4, cot=96))
+    assert result.routes_ok, result.routes
+    assert result.s2_cached_share >= 0.95
+    assert result.transfer_cached_share >= 0.5
+
+
+def test_stop_ids_are_qwen3_vls(qwen_engines):
+    small, _ = qwen_engines
+    assert small._eos == {151645, 151643}
+    gen = run_sync(small.generate(ask([text("Say something.")], max_tokens=12)))
+    assert "<|im_end|>" not in gen.text and "<|endoftext|>" not in gen.text
+    assert gen.finish_reason in ("stop", "length")
