@@ -185,3 +185,51 @@ def test_the_real_vocabulary_pair(qwen_pair):
     from mai_graph.engines import read_shape
 
     assert read_shape(str(small)).image_tokens() == 16_386  # the real processor's cap
+
+
+@pytest.mark.parametrize("sentence", [
+    "The answer is 1,234.56 apples!",
+    "In 2026 the darkest square measured 12 cm, so B.",
+    "Counting: circles 3, squares 14; difference 11.",
+    "The bar labelled 'Q3' is taller than Q4 (by 250%).",
+])  # fmt: skip
+def test_word_groups_on_real_subword_tokens_keep_numbers_whole(tok, sentence):
+    from mai_graph.scoring.base import select_tokens, word_groups
+
+    ids = tok.encode(sentence, add_special_tokens=False)
+    pieces = [tok.decode([t]) for t in ids]
+    assert len(pieces) > len(sentence.split())  # words and numbers split into sub-word pieces
+    groups = word_groups(pieces)
+    words = ["".join(pieces[i] for i in g).strip() for g in groups]
+    assert [w for w in words if w] == sentence.split()
+    rng = random.Random(1)
+    for _ in range(50):
+        scores = [rng.random() for _ in pieces]
+        kept = set(select_tokens(pieces, scores, 0.3, whole_words=True).kept)
+        for g in groups:  # every word, numbers included, is kept whole or dropped whole
+            assert set(g) <= kept or not set(g) & kept
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_s2_prompt_extends_the_cot_prompt_exactly(thinking):
+    """S2 over the cached reasoning: its prompt is the CoT prompt + the generated ids verbatim,
+    under the Thinking template too (whose generation prompt opened <think>)."""
+    from mai_graph.backends.render import render
+
+    tok = build_qwen_tokenizer(thinking=thinking)
+    system = {"role": "system", "content": [{"type": "text", "text": "Be careful."}]}
+    user = {"role": "user", "content": [{"type": "image", "image": None},
+                                        {"type": "text", "text": "How many circles?"}]}  # fmt: skip
+    cot = render(tok, [system, user], {151645}).token_ids
+    generated = tok.encode("I count 3 circles, 12 px apart.\n</think>\n\n3",
+                           add_special_tokens=False) + [151645]  # fmt: skip
+    reasoning = {"role": "assistant", "content": [{"type": "text", "text": "-"}],
+                 "token_ids": generated}  # fmt: skip
+    final = {"role": "user", "content": [{"type": "text", "text": "Final answer only."}]}
+    s2 = [system, user, reasoning, final]
+    rendered = render(tok, s2, {151645}, thinking=False)
+    assert rendered.token_ids[: len(cot) + len(generated)] == cot + generated
+    tail = tok.decode(rendered.token_ids[len(cot) + len(generated) :])
+    assert tail.startswith("\n<|im_start|>user\nFinal answer only.")
+    closing = "<think>\n\n</think>\n\n" if thinking else ""
+    assert tail.endswith("<|im_start|>assistant\n" + closing)

@@ -153,7 +153,7 @@ def render(
     if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
         full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
-    token_ids = _encode(tokenizer, chunks[0])
+    token_ids = _encode(tokenizer, _opening(template, marked, chunks[0]))
     spans = []
     for k, ids in enumerate(pieces):
         tail = chunks[2 * k + 2]
@@ -165,6 +165,28 @@ def render(
         spans.append((len(token_ids), len(token_ids) + len(ids)))
         token_ids += ids + _encode(tokenizer, tail)
     return RenderedPrompt(token_ids, images, spans, videos)
+
+
+def _opening(template: Any, marked: Sequence[Message], before: str) -> str:
+    """The text before the first splice, as the call that generated it saw it.
+
+    When the first splice is an assistant turn (S2 over a chain of thought), its ids were
+    generated after the template's generation prompt, which may say more than the turn's
+    header: a thinking template opens ``<think>``. The prompt of that earlier call (the turns
+    before, with the generation prompt, thinking on) is then the exact prefix, so the engine's
+    cache serves it and the model reads its reasoning as it wrote it.
+    """
+    first = next(
+        (i for i, m in enumerate(marked) if _SENTINEL.search(str(m["content"][0].get("text", "")))),
+        None,
+    )
+    if first is None or marked[first]["role"] != "assistant" or first == 0:
+        return before
+    try:
+        earlier = _template(template, marked[:first], generation_prompt=True, thinking=True)
+    except ConfigError:
+        return before
+    return earlier if earlier.startswith(before) else before
 
 
 _MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>")
