@@ -92,6 +92,8 @@ class MAIResult:
     large_prob: float | None = None
     """The large model's probability for its short answer, when its backend gives logprobs."""
     sparsification: Sparsification | None = None
+    transfer: str | None = None
+    """Transfer runs: the sparsified reasoning the large model read in its prefill."""
     stage: int | None = None
     """Graphs over a chain: the stage that ended the run (1 = the first pair)."""
     drafts: list[Draft] | None = None
@@ -115,6 +117,7 @@ class MAIResult:
             small_prob=out.get("small_prob"),
             large_prob=out.get("large_prob"),
             sparsification=out.get("sparsification"),
+            transfer=out.get("transfer") if out.get("route") == "transfer" else None,
             stage=out.get("stage"),
             drafts=out.get("drafts"),
             totals=totals(metrics),
@@ -149,6 +152,9 @@ class MAIResult:
                 f"sparsify:  {s['strategy']} kept {s['tokens_out']}/{s['tokens_in']} tokens, "
                 f"dropped mass {s['dropped_mass']:.2f}"
             )
+        if self.transfer is not None:
+            shown = self.transfer if len(self.transfer) <= 300 else self.transfer[:297] + "..."
+            lines.append(f"reads:     {shown!r}  (what the large model read)")
         lines.append(format_calls(self.metrics))
         t = self.totals
         lines.append(

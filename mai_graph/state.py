@@ -210,6 +210,8 @@ class OutputState(TypedDict):
     large_prob: NotRequired[float | None]
     s2_answer: NotRequired[str]
     sparsification: NotRequired[Sparsification]
+    transfer: NotRequired[str]
+    """Transfer runs: the sparsified reasoning the large model read."""
     stage: NotRequired[int]
     """Graphs over a chain of models: the stage that ended the run (stage ``s`` pairs the
     chain's model ``s - 1`` with model ``s``; 1 is the first, smallest pair)."""

@@ -262,7 +262,8 @@ def test_a_workload_from_the_run_settings():
     assert w.transfer_tokens == 2048  # max_transfer_tokens
 
 
-def test_plan_for_start_applies_on_a_gpu_and_refuses_before_any_engine():
+def test_plan_for_start_applies_on_a_gpu_and_refuses_before_any_engine(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     planned = plan_for_start(pair("2B", "8B"), devices=card("80GB"))
     assert planned.small.engine["gpu_memory_utilization"] > 0
     with pytest.raises(PlanError, match="does not fit"):
@@ -322,3 +323,42 @@ def test_the_plan_prints_a_table_and_json():
     data = plan.to_dict()
     json.dumps(data)
     assert data["fits"] and len(data["engines"]) == 2
+
+
+def test_engines_about_to_start_fetch_only_the_config_files(monkeypatch, tmp_path):
+    """A hub id not downloaded yet: its config files are fetched (never weights), then planned."""
+    import huggingface_hub
+
+    fetched = []
+
+    def fake_download(repo_id, filename, cache_dir=None):
+        fetched.append((repo_id, filename))
+        source = DATA / repo_id.split("-")[-2] / filename  # Qwen/Qwen3-VL-8B-Instruct -> 8B
+        if not source.exists():
+            raise FileNotFoundError(filename)
+        target = tmp_path / repo_id.replace("/", "--") / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.read_text())
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    lineup = LineupSpec(backend="vllm", small=ModelSpec(model="Qwen/Qwen3-VL-2B-Instruct"),
+                        large=ModelSpec(model="Qwen/Qwen3-VL-8B-Instruct"))  # fmt: skip
+    planned = plan_for_start(lineup, devices=card("80GB"))
+    assert (
+        planned.large.engine["gpu_memory_utilization"]
+        > planned.small.engine["gpu_memory_utilization"]
+    )
+    assert {f for _, f in fetched} <= {"config.json", "preprocessor_config.json",
+                                        "model.safetensors.index.json"}  # fmt: skip
+    # A dry run never fetches.
+    fetched.clear()
+    other = LineupSpec(backend="vllm", small=ModelSpec(model="Qwen/Qwen3-VL-4B-Instruct"),
+                       large=ModelSpec(model="Qwen/Qwen3-VL-32B-Instruct"))  # fmt: skip
+    with pytest.raises(ConfigError, match="nothing is downloaded"):
+        plan_memory(other, card("80GB"))
+    assert fetched == []
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="could not be fetched"):
+        plan_for_start(other, devices=card("80GB"))

@@ -526,6 +526,7 @@ def plan_memory(
     *,
     shapes: dict[str, ModelShape] | None = None,
     suggest: bool = True,
+    fetch: bool = False,
 ) -> MemoryPlan:
     """The memory plan of ``lineup``'s in-process vLLM engines on ``devices``.
 
@@ -535,6 +536,7 @@ def plan_memory(
         workload: What a run asks (default: default settings, one image).
         shapes: Model shapes by model path (default: read from the local configs).
         suggest: On a refusal, try the fixes and list those that make it fit.
+        fetch: Fetch the config files of hub ids not cached here (engines about to start).
 
     Raises:
         ConfigError: A model's config is not on this machine or cannot be read.
@@ -547,7 +549,7 @@ def plan_memory(
     engines = []
     for label, spec in members:
         if spec.model not in shapes:
-            shapes[spec.model] = read_shape(spec.model)
+            shapes[spec.model] = read_shape(spec.model, fetch=fetch)
         engines.append(_engine_plan(label, spec, shapes[spec.model], workload, roles[label],
                                     on_cpu))  # fmt: skip
     plan = MemoryPlan(list(devices), engines, workload)
@@ -780,7 +782,9 @@ def plan_for_start(
     most ``gpu_memory`` free), the plan fills each engine's unset ``gpu_memory_utilization`` and
     ``max_model_len``, and a lineup that cannot fit raises :class:`PlanError`. A model whose
     config is not on this machine is refused only when the plan would have to choose its share;
-    with every share given, the plan is skipped. Without a GPU (vLLM's CPU build), the plan
+    with every share given, the plan is skipped. A hub id whose config is not cached has its
+    config files fetched first (the engine would download the checkpoint anyway; never the
+    weights here). Without a GPU (vLLM's CPU build), the plan
     checks what it can read locally and changes nothing.
     """
     members = _in_process(lineup)
@@ -815,5 +819,6 @@ def plan_for_start(
 
         if any(find_model_dir(spec.model) is None for _, spec in members):
             return lineup  # nothing to choose, nothing to read: vLLM checks at start
-    plan = plan_memory(lineup, devices, workload)
+    # The engines will download their checkpoints anyway: fetch the configs of hub ids first.
+    plan = plan_memory(lineup, devices, workload, fetch=True)
     return plan.apply(lineup)

@@ -28,6 +28,7 @@ __all__ = [
     "DTYPE_BYTES",
     "ModelShape",
     "dtype_bytes",
+    "fetch_config",
     "find_model_dir",
     "read_shape",
     "shape_from_config",
@@ -221,6 +222,40 @@ def find_model_dir(model: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+CONFIG_FILES = ("config.json", "preprocessor_config.json", "model.safetensors.index.json")
+"""The small files the plan reads (weights are never fetched)."""
+
+
+def fetch_config(model: str) -> Path | None:
+    """Fetch a hub model's config files into the Hugging Face cache (a few KB; no weights).
+
+    Used only when engines are about to start (and would download the checkpoint anyway);
+    ``mai-graph plan`` never fetches. ``None`` when the hub cannot be reached, the id is not a
+    hub id, or ``HF_HUB_OFFLINE`` is set.
+    """
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return None
+    if Path(model).expanduser().exists() or model.count("/") != 1 or model.startswith((".", "/")):
+        return None
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    cache = os.environ.get("HF_HUB_CACHE") or None
+    try:
+        folder = Path(hf_hub_download(model, "config.json", cache_dir=cache)).parent
+    except Exception:  # noqa: BLE001 - offline, unknown or gated: the caller says what to do
+        return None
+    for name in CONFIG_FILES[1:]:
+        try:
+            hf_hub_download(model, name, cache_dir=cache)
+        except Exception:  # noqa: BLE001 - optional files
+            pass
+    return folder
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -384,17 +419,27 @@ def shape_from_config(
     )
 
 
-def read_shape(model: str) -> ModelShape:
+def read_shape(model: str, *, fetch: bool = False) -> ModelShape:
     """The :class:`ModelShape` of a local checkpoint folder or a hub id in the local cache.
+
+    Args:
+        model: A checkpoint folder or hub id.
+        fetch: Fetch a hub id's config files when they are not cached (:func:`fetch_config`).
 
     Raises:
         ConfigError: Its ``config.json`` is not on this machine, or cannot be read.
     """
     folder = find_model_dir(model)
+    if folder is None and fetch:
+        folder = fetch_config(model)
     if folder is None:
+        where = (
+            "on this machine, and it could not be fetched"
+            if fetch
+            else ("on this machine (the memory plan reads it; nothing is downloaded)")
+        )
         raise ConfigError(
-            f"no config.json for {model!r} on this machine (the memory plan reads it; nothing "
-            "is downloaded)",
+            f"no config.json for {model!r} {where}",
             parameter="model",
             value=model,
             fix=f"download the checkpoint first (`hf download {model}`), point at its folder, "
