@@ -31,6 +31,7 @@ __all__ = [
     "engine_arg_names",
     "engine_arg_type",
     "fail_running_requests",
+    "frame_timestamps",
     "generation_eos",
     "media_token_counter",
     "missing_names",
@@ -197,6 +198,20 @@ def media_token_counter(processor: Any) -> Callable[..., Any] | None:
     return getattr(processor, "_get_num_multimodal_tokens", None)
 
 
+def frame_timestamps(processor: Any, indices: Any, fps: float) -> list[float]:
+    """Qwen3-VL's time of each temporal group of sampled frames (empty for other processors).
+
+    transformers' ``Qwen3VLProcessor._calculate_timestamps``: the mean time of the frames the
+    video processor merges (``temporal_patch_size`` at a time).
+    """
+    calculate = getattr(processor, "_calculate_timestamps", None)
+    video_processor = getattr(processor, "video_processor", None)
+    if calculate is None or video_processor is None or not fps:
+        return []
+    merge = int(getattr(video_processor, "temporal_patch_size", 2) or 2)
+    return [float(t) for t in calculate(list(indices), fps, merge)]
+
+
 # -- what an installed vLLM must have ---------------------------------------------------------
 
 
@@ -270,6 +285,9 @@ _REQUIRED: tuple[tuple[str, Callable[[], bool]], ...] = (
     ("Qwen3VLProcessor._get_num_multimodal_tokens",
      _has_attr("transformers.models.qwen3_vl.processing_qwen3_vl.Qwen3VLProcessor",
                "_get_num_multimodal_tokens")),
+    ("Qwen3VLProcessor._calculate_timestamps",
+     _has_attr("transformers.models.qwen3_vl.processing_qwen3_vl.Qwen3VLProcessor",
+               "_calculate_timestamps")),
     ("Qwen2VLProcessor._get_num_multimodal_tokens",
      _has_attr("transformers.models.qwen2_vl.processing_qwen2_vl.Qwen2VLProcessor",
                "_get_num_multimodal_tokens")),

@@ -83,6 +83,23 @@ def _on_cpu() -> bool:
     return _compat.on_cpu()
 
 
+def _counter_kwargs(mm: Any) -> dict[str, Any]:
+    """The engine's processor kwargs as the media token counter reads them.
+
+    vLLM folds ``min_pixels`` / ``max_pixels`` and ``size`` (``shortest_edge`` /
+    ``longest_edge``) into one pixel range, for images and videos alike; transformers'
+    counter reads only ``min_pixels`` / ``max_pixels``.
+    """
+    kwargs = dict(mm or {})
+    size = kwargs.pop("size", None)
+    if isinstance(size, Mapping):
+        if "longest_edge" in size:
+            kwargs.setdefault("max_pixels", size["longest_edge"])
+        if "shortest_edge" in size:
+            kwargs.setdefault("min_pixels", size["shortest_edge"])
+    return kwargs
+
+
 class VLLMBackend:
     """A vision-language model served by an in-process vLLM ``AsyncLLM`` engine.
 
@@ -162,7 +179,7 @@ class VLLMBackend:
         self._engine_kwargs = engine_kwargs
         # The engine's processor settings (e.g. max_pixels) count media tokens here as well, so
         # the length check before submitting agrees with what the engine computes.
-        self._mm_kwargs: dict[str, Any] = dict(engine_kwargs.get("mm_processor_kwargs") or {})
+        self._mm_kwargs = _counter_kwargs(engine_kwargs.get("mm_processor_kwargs"))
         self._engine: AsyncLLM | None = None
         self._owns_engine = True
         self._tokenizer: Any = None
@@ -532,7 +549,24 @@ class VLLMBackend:
             )
         except Exception:  # noqa: BLE001 - the engine checks what cannot be counted here
             return 0
-        return int(tokens[0]) if tokens else 0
+        if not tokens:
+            return 0
+        return int(tokens[0]) + self._frame_stamp_tokens(video)
+
+    def _frame_stamp_tokens(self, video: VideoRef) -> int:
+        """Qwen3-VL's text around each frame group: ``<t seconds>`` and its own start / end.
+
+        Its processor writes, per temporal group of frames, the group's time as text and wraps
+        the group's tokens in vision start / end tokens (measured: 32 tokens for 8 frames that
+        the media token counter alone misses). 0 for processors without frame timestamps.
+        """
+        stamps = _compat.frame_timestamps(self._processor, video["indices"], float(video["fps"]))
+        if not stamps:
+            return 0
+        return sum(
+            len(self._tokenizer.encode(f"<{t:.1f} seconds>", add_special_tokens=False)) + 2
+            for t in stamps
+        )
 
     def _prompt(self, request: GenerationRequest) -> dict[str, Any]:
         rendered = render(
@@ -549,6 +583,18 @@ class VLLMBackend:
         max_len = int(self._engine.model_config.max_model_len)
         check_prompt_length(self.name, length, max_len, purpose=request.purpose)
         prompt: dict[str, Any] = {"prompt_token_ids": rendered.token_ids}
+        if rendered.videos and self._mm_kwargs:
+            # Measured with vLLM 0.32 on Qwen3-VL: the processor kwargs reach the video
+            # processor unfiltered, which refuses them (the request would fail in the engine).
+            raise ConfigError(
+                f"{self.name}: this engine was started with mm_processor_kwargs "
+                f"{sorted(self._mm_kwargs)}, and vLLM 0.32 passes them to Qwen3-VL's video "
+                "processor, which refuses them: a video cannot be served here",
+                parameter="mm_processor_kwargs",
+                value=sorted(self._mm_kwargs),
+                fix="serve videos from an engine without mm_processor_kwargs (cap image sizes "
+                "before sending them instead), or send frames as images",
+            )
         if rendered.images or rendered.videos:
             check_media_counts(self.name, self.media_limits, rendered.images, rendered.videos)
             data: dict[str, Any] = {}
