@@ -135,7 +135,7 @@ def lineup_spec(
         ConfigError: Unknown kinds, a model missing for a real backend, added models on the
             fake pair, unknown engine options.
     """
-    from mai_graph.engines.spec import LineupSpec, ModelSpec
+    from mai_graph.engines.spec import LineupSpec, ModelSpec, check_retries, missing_model_error
 
     for role, own in zip(ROLES, kinds):
         if own is not None:
@@ -162,21 +162,7 @@ def lineup_spec(
         specs.append(ModelSpec.model_validate(fields))
     missing = [r for r, k, m in zip(ROLES, chosen, specs) if k != "fake" and m is None]
     if missing:
-        labels = where.split("/")
-        if chosen[0] == chosen[1]:
-            message = f"backend {chosen[0]} needs both models ({where})"
-        else:
-            message = "; ".join(
-                f"the {r} model's backend {chosen[ROLES.index(r)]} needs a model "
-                f"({labels[ROLES.index(r)] if len(labels) == 2 else where})"
-                for r in missing
-            )
-        raise ConfigError(
-            message,
-            parameter=where,
-            fix="give checkpoint paths or hub ids of one model family, or the served model "
-            "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
-        )
+        raise missing_model_error(chosen, missing, where)
     lineup = lineup.model_copy(update=dict(zip(ROLES, specs)))
     for i, (key, models) in enumerate((("drafters", drafters), ("larger", larger))):
         if not models:
@@ -199,14 +185,7 @@ def lineup_spec(
     update: dict[str, Any] = {}
     if timeout_s is not None:
         update["request_timeout_s"] = timeout_s
-    if retries is not None:
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ConfigError(
-                f"retries must be an int >= 0, got {retries!r}",
-                parameter="retries",
-                value=retries,
-                fix="give how often a failed request may be sent again, e.g. 2",
-            )
+    if check_retries(retries) is not None:
         update["request_retries"] = retries
     return lineup.model_copy(update=update) if update else lineup
 

@@ -49,9 +49,11 @@ __all__ = [
     "ROLES",
     "LineupSpec",
     "ModelSpec",
+    "check_retries",
     "engine_options_from_items",
     "engine_options_from_json",
     "load_lineup",
+    "missing_model_error",
 ]
 
 KINDS = ("vllm", "transformers", "openai")
@@ -103,6 +105,39 @@ OPENAI_OPTIONS: Mapping[str, str] = {
     "connect_timeout_s": "give up connecting after this many seconds",
 }
 """Options of a remote model (its engine's options are set where the server runs)."""
+
+
+def check_retries(retries: Any) -> int | None:
+    """``retries`` if it is ``None`` or an int >= 0; else a ``ConfigError`` naming it."""
+    if retries is not None and (
+        isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
+    ):
+        raise ConfigError(
+            f"retries must be an int >= 0, got {retries!r}",
+            parameter="retries",
+            value=retries,
+            fix="give how often a failed request may be sent again, e.g. 2",
+        )
+    return retries
+
+
+def missing_model_error(chosen: Sequence[str], missing: Sequence[str], where: str) -> ConfigError:
+    """The refusal of a lineup whose real backends lack a model (``where`` names the flags)."""
+    labels = where.split("/")
+    if chosen[0] == chosen[1]:
+        message = f"backend {chosen[0]} needs both models ({where})"
+    else:
+        message = "; ".join(
+            f"the {r} model's backend {chosen[ROLES.index(r)]} needs a model "
+            f"({labels[ROLES.index(r)] if len(labels) == 2 else where})"
+            for r in missing
+        )
+    return ConfigError(
+        message,
+        parameter=where,
+        fix="give checkpoint paths or hub ids of one model family, or the served model "
+        "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
+    )
 
 
 def _normalize_key(key: str) -> str:
@@ -326,16 +361,7 @@ class ModelSpec(BaseModel):
 
         if spec.api_key_env and api_key is None:
             api_key = os.environ.get(spec.api_key_env) or None
-        retries = options.pop("retries", retries)
-        if retries is not None and (
-            isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
-        ):
-            raise ConfigError(
-                f"retries must be an int >= 0, got {retries!r}",
-                parameter="retries",
-                value=retries,
-                fix="give how often a failed request may be sent again, e.g. 2",
-            )
+        retries = check_retries(options.pop("retries", retries))
         timeout = options.pop("timeout_s", timeout_s)
         extra: dict[str, Any] = {}
         if timeout is not None:
@@ -416,21 +442,7 @@ class LineupSpec(BaseModel):
             if k != "fake" and m is None
         ]
         if missing:
-            names = where.split("/")
-            if chosen[0] == chosen[1]:
-                message = f"backend {chosen[0]} needs both models ({where})"
-            else:
-                message = "; ".join(
-                    f"the {r} model's backend {chosen[ROLES.index(r)]} needs a model "
-                    f"({names[ROLES.index(r)] if len(names) == 2 else where})"
-                    for r in missing
-                )
-            raise ConfigError(
-                message,
-                parameter=where,
-                fix="give checkpoint paths or hub ids of one model family, or the served model "
-                "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
-            )
+            raise missing_model_error(chosen, missing, where)
         for side, extra in (("small", self.drafters), ("large", self.larger)):
             if extra and chosen[ROLES.index(side)] == "fake":
                 flag = "--drafter" if side == "small" else "--larger"
