@@ -10,7 +10,7 @@ from mai_graph.api import MAIResult, arun, run
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
 from mai_graph.context import MAIContext, Policy, SparsifyStrategy
-from mai_graph.engines import LineupSpec, ModelSpec, PlanError, load_lineup
+from mai_graph.engines import LineupSpec, ModelSpec, PlanError, build_lineup, load_lineup
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef, image_ref
@@ -51,6 +51,7 @@ __all__ = [
     "VideoRef",
     "answers_match",
     "arun",
+    "build_lineup",
     "create_mai_chat_graph",
     "create_mai_graph",
     "demo_backends",

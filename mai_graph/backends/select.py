@@ -322,16 +322,11 @@ def build_lineup(
     plan: bool = True,
     gpu_memory: str | None = None,
 ) -> tuple[Any, Any]:
-    """The backends of ``lineup``, after the memory plan (nothing starts).
+    """:func:`mai_graph.engines.build.build_lineup` (the memory plan, then the backends)."""
+    from mai_graph.engines.build import build_lineup as build
 
-    With ``plan`` (the default) and in-process vLLM models, the memory plan
-    (:func:`~mai_graph.engines.plan.plan_for_start`) runs first: on a GPU it fills each
-    engine's ``gpu_memory_utilization`` and ``max_model_len`` that the user left unset, and a
-    lineup that cannot fit is refused here, before any engine starts. ``context`` (a
-    ``MAIContext``) sizes the workload; ``gpu_memory`` overrides the card's free memory.
-    """
-    return lineup.build(
-        where=where, api_keys=api_keys, plan=plan, context=context, gpu_memory=gpu_memory
+    return build(
+        lineup, where=where, api_keys=api_keys, plan=plan, context=context, gpu_memory=gpu_memory
     )
 
 

@@ -123,7 +123,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         lineup = plan.apply(lineup)
 
-    small, large = lineup.build(plan=False)
+    small, large = lineup.build()
     asyncio.run(_run_engines(small, large, checks, args))
     print()
     print(checks.table())

@@ -6,9 +6,12 @@
 - :mod:`~mai_graph.engines.shape`: what a checkpoint weighs and what its KV cache costs, from
   its local config files;
 - :mod:`~mai_graph.engines.plan`: the memory plan of co-resident engines (shares, context
-  lengths, concurrent runs), refused with the numbers and fixes when it cannot fit.
+  lengths, concurrent runs), refused with the numbers and fixes when it cannot fit;
+- :mod:`~mai_graph.engines.build`: :func:`build_lineup`, the plan then the backends (every
+  door's way in).
 """
 
+from mai_graph.engines.build import build_lineup
 from mai_graph.engines.plan import (
     Device,
     MemoryPlan,
@@ -30,6 +33,7 @@ __all__ = [
     "ModelSpec",
     "PlanError",
     "Workload",
+    "build_lineup",
     "load_lineup",
     "parse_size",
     "plan_for_start",

@@ -1,6 +1,6 @@
 """One declaration of a model and its engine (:class:`ModelSpec`), and of a lineup of them.
 
-Every door builds its backends from these: the Python API (``ModelSpec(...).build()``), the
+Every door builds its backends from these: the Python API (``build_lineup(LineupSpec(...))``), the
 CLI (``--small-engine KEY=VALUE``, ``--lineup FILE``), the environment (``MAI_GRAPH_LINEUP``,
 ``MAI_GRAPH_SMALL_ENGINE``) for Studio and the endpoint, ``eval`` and ``profile``; drafters and
 chain stages are specs like the others. Engine options are checked when the spec is read,
@@ -478,30 +478,19 @@ class LineupSpec(BaseModel):
         *,
         where: str = "--small/--large",
         api_keys: tuple[str | None, str | None] = (None, None),
-        plan: bool = True,
-        context: Any = None,
-        gpu_memory: str | None = None,
     ) -> tuple[Any, Any]:
-        """The backends (nothing starts); see the class docstring for the shape.
+        """The backends exactly as declared (nothing starts; no memory plan).
+
+        :func:`~mai_graph.engines.build.build_lineup` plans the card first; the doors use it.
 
         Args:
             where: How errors name the small / large models.
             api_keys: The small / large remote servers' keys.
-            plan: Run the memory plan first (:func:`~mai_graph.engines.plan.plan_for_start`):
-                on a GPU it fills each in-process engine's unset ``gpu_memory_utilization`` and
-                ``max_model_len``, and refuses a lineup that cannot fit, before any engine
-                starts.
-            context: The run settings (``MAIContext``) that size the plan's workload.
-            gpu_memory: Plan as if the card had this much free (``"40GiB"``).
 
         Raises:
-            ConfigError: Invalid lineups and options; ``PlanError`` when it cannot fit.
+            ConfigError: Invalid lineups and options.
         """
         lineup = self.checked(where)
-        if plan:
-            from mai_graph.engines.plan import plan_for_start
-
-            lineup = plan_for_start(lineup, context=context, gpu_memory=gpu_memory)
         fakes: Any = None
         sides: dict[str, list[Any]] = {"small": [], "large": []}
         for role, spec in (("small", lineup.small), ("large", lineup.large)):
