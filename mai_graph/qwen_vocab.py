@@ -34,6 +34,7 @@ __all__ = [
     "INSTRUCT_TEMPLATE",
     "QWEN_ADDED_TOKENS",
     "QWEN_PATTERN",
+    "QWEN_TOKEN_ROLES",
     "QWEN_VOCAB_SIZE",
     "THINKING_TEMPLATE",
     "build_qwen_tokenizer",
@@ -65,6 +66,15 @@ QWEN_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
     (151667, "<think>", False), (151668, "</think>", False),
 )  # fmt: skip
 """``(id, token, special)`` of Qwen3-VL's added tokens (its ``tokenizer_config.json``)."""
+
+QWEN_TOKEN_ROLES: dict[str, str | None] = {
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "bos_token": None,
+    "unk_token": None,
+}
+"""The tokenizer's roles for Qwen's chat tokens (Qwen3-VL's tokenizer_config.json): a turn
+ends at ``<|im_end|>``, ``<|endoftext|>`` pads, no BOS is added."""
 
 _RANKS = 151_643
 
@@ -245,10 +255,7 @@ def build_qwen_tokenizer(*, thinking: bool = False, model_max_length: int = 262_
             raise RuntimeError(f"{token} got id {tok.token_to_id(token)}, expected {index}")
     fast = Qwen2TokenizerFast(
         tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
+        **QWEN_TOKEN_ROLES,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
         additional_special_tokens=[t for _, t, special in QWEN_ADDED_TOKENS[1:14] if special],

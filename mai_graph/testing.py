@@ -161,13 +161,10 @@ def build_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length:
         show_progress=False,
     )
     tok.train_from_iterator(corpus, trainer=trainer)
+    from mai_graph.qwen_vocab import QWEN_TOKEN_ROLES
+
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        model_max_length=model_max_length,
+        tokenizer_object=tok, **QWEN_TOKEN_ROLES, model_max_length=model_max_length
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast

@@ -171,3 +171,63 @@ def test_videos_with_processor_kwargs_are_refused_before_the_engine(qwen_engines
         run_sync(small.generate(ask([{"type": "video", "video": video}, text("?")])))
     assert "video" in str(err.value)
     assert run_sync(small.engine_idle())
+
+
+@pytest.fixture(scope="module")
+def qwen_transformers_pair(qwen_pair, qwen_transformers):
+    from mai_graph.backends.transformers import TransformersBackend
+
+    return qwen_transformers, TransformersBackend(str(qwen_pair[1]), name="qwen-large-hf")
+
+
+def test_transformers_s2_reuses_its_cache_and_counts_images(qwen_transformers_pair, tmp_path):
+    """The transformers backend on the real vocabulary: forced routes, S2 over its own KV cache,
+    and the image token count of its processor at the real settings."""
+    from mai_graph.demo import demo_image
+    from mai_graph.engines.bench import measure
+
+    small, large = qwen_transformers_pair
+    image = demo_image(tmp_path / "demo.png")
+    result = asyncio.run(measure(small, large, image, repeats=1, concurrency=0, short=4, cot=48))
+    assert result.routes_ok, result.routes
+    assert result.s2_cached_share >= 0.95
+    from mai_graph.backends.render import render
+
+    ref = picture(tmp_path, (448, 448))
+    req = ask([{"type": "image", "image": ref}, text("?")], max_tokens=1)
+    gen = asyncio.run(small.generate(req))
+    rendered = render(small.tokenizer, req.messages, set(), template=small.processor)
+    assert gen.prompt_tokens == len(rendered.token_ids) + 196 - 1  # 448 / 32 squared tokens
+
+
+def test_a_thinking_template_on_transformers(tmp_path_factory, tmp_path):
+    """Thinking template: the CoT call opens <think>, short answers are asked with thinking off,
+    and S2 over the reasoning is served from the cache (its prompt extends the CoT's exactly)."""
+    import os
+
+    from mai_graph.backends.render import render, thinking_for
+    from mai_graph.backends.transformers import TransformersBackend
+    from mai_graph.demo import demo_image
+    from mai_graph.engines.bench import route_once
+    from mai_graph.testing import build_tiny_pair
+
+    base = os.environ.get("MAI_GRAPH_TINY_DIR")
+    root = Path(base) / "qwen-thinking" if base else tmp_path_factory.mktemp("thinking")
+    small_dir, large_dir = build_tiny_pair(root, vocab="qwen", template="thinking")
+    small = TransformersBackend(str(small_dir), name="think-small")
+    large = TransformersBackend(str(large_dir), name="think-large")
+    image = demo_image(tmp_path / "demo.png")
+    result, fs, _ = asyncio.run(route_once(small, large, image, "transfer", short=4, cot=48))
+    assert result.route == "transfer"
+    tok = small.tokenizer
+    endings = {}
+    for req, _ in fs.calls:
+        ids = render(tok, req.messages, set(), template=small.processor,
+                     thinking=thinking_for(req.purpose)).token_ids  # fmt: skip
+        endings[req.purpose] = tok.decode(ids[-8:])
+    assert endings["cot"].endswith("<|im_start|>assistant\n<think>\n")
+    assert endings["short"].endswith("<think>\n\n</think>\n\n")
+    assert endings["s2"].endswith("<think>\n\n</think>\n\n")
+    (cot_req, cot_gen), (s2_req, s2_gen) = [c for c in fs.calls if c[0].purpose in ("cot", "s2")]
+    shared = cot_gen.prompt_tokens + len(cot_gen.token_ids) - 1
+    assert s2_gen.cached_tokens >= 0.95 * shared
