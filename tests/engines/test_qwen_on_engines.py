@@ -231,3 +231,37 @@ def test_a_thinking_template_on_transformers(tmp_path_factory, tmp_path):
     (cot_req, cot_gen), (s2_req, s2_gen) = [c for c in fs.calls if c[0].purpose in ("cot", "s2")]
     shared = cot_gen.prompt_tokens + len(cot_gen.token_ids) - 1
     assert s2_gen.cached_tokens >= 0.95 * shared
+
+
+@pytest.mark.parametrize("strategy", ["attention", "surprisal"])
+def test_sparsification_keeps_whole_words_of_real_subword_reasoning(
+    qwen_transformers_pair, tmp_path, strategy
+):
+    """The small model's reasoning in real sub-word tokens, scored by attention (transformers)
+    or surprisal: what the large model reads is whole words, its ids spliced as generated."""
+    from mai_graph import MAIContext, arun
+    from mai_graph.backends.recording import ForcedBackend
+    from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
+    from mai_graph.scoring.base import word_groups
+
+    small, large = qwen_transformers_pair
+    lengths = {"short": 4, "cot": 64, "s2": 4, "answer": 4}
+    fs = ForcedBackend(small, {"short": "A", "s2": "C"}, lengths)
+    fl = ForcedBackend(large, {"short": "B", "answer": "D"}, lengths)
+    image = demo_image(tmp_path / "demo.png")
+    ctx = MAIContext(cot_max_tokens=64, short_max_tokens=4, s2_max_tokens=4, sparsify=strategy,
+                     keep_ratio=0.3, whole_words=True)  # fmt: skip
+    result = asyncio.run(arun(f"{DEMO_QUESTION} ({strategy})", str(image), options=DEMO_OPTIONS,
+                              small=fs, large=fl, context=ctx))  # fmt: skip
+    assert result.route == "transfer" and result.transfer is not None
+    ((_, cot),) = fs.calls_for("cot")
+    kept = result.sparsification["tokens_out"]
+    assert 0 < kept < len(cot.tokens)
+    ((answer_req, _),) = fl.calls_for("answer")
+    spliced = [p for m in answer_req.messages for p in m["content"] if p.get("token_ids")]
+    assert spliced, "the kept reasoning goes to the large model as token ids"
+    # Whole words only: the words read are a subsequence of the reasoning's whole words
+    # (a word cut in half would not be one of them).
+    words = [w for g in word_groups(cot.tokens) for w in "".join(cot.tokens[i] for i in g).split()]
+    rest = iter(words)
+    assert all(any(w == x for x in rest) for w in result.transfer.split()), result.transfer
