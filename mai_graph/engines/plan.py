@@ -479,7 +479,7 @@ def _engine_plan(
         min(batched, max_len), seqs, dtype
     )
     eager = o.get("enforce_eager")
-    graphs = 0 if (on_cpu or eager or eager is None and on_cpu) else CUDA_GRAPH_BYTES
+    graphs = 0 if on_cpu or eager else CUDA_GRAPH_BYTES
     plan = EnginePlan(
         label=label,
         model=spec.name or spec.model,

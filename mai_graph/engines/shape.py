@@ -31,6 +31,7 @@ __all__ = [
     "fetch_config",
     "find_model_dir",
     "read_shape",
+    "safetensors_header",
     "shape_from_config",
 ]
 
@@ -271,6 +272,22 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def safetensors_header(file: Path) -> dict[str, Any] | None:
+    """The JSON header of a safetensors file (tensor names, dtypes, shapes), without its data.
+
+    ``None`` when the file is unreadable or not safetensors.
+    """
+    try:
+        with file.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > 100_000_000:
+                return None
+            header = json.loads(f.read(length))
+    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
 def _safetensors_bytes(folder: Path) -> tuple[int | None, str]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -282,13 +299,8 @@ def _safetensors_bytes(folder: Path) -> tuple[int | None, str]:
         return None, "config"
     total = 0
     for file in files:
-        try:
-            with file.open("rb") as f:
-                (length,) = struct.unpack("<Q", f.read(8))
-                if length > 100_000_000:
-                    return None, "config"
-                header = json.loads(f.read(length))
-        except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
+        header = safetensors_header(file)
+        if header is None:
             return None, "config"
         for key, tensor in header.items():
             if key == "__metadata__" or not isinstance(tensor, dict):
@@ -316,10 +328,20 @@ def _text_parameters(t: Mapping[str, Any], tied: bool) -> int:
     return v * h * (1 if tied else 2) + t["num_hidden_layers"] * per_layer + h
 
 
-def _vision_parameters(vc: Mapping[str, Any], model_type: str) -> int:
-    h = int(
+def _vision_width(vc: Mapping[str, Any], model_type: str) -> int:
+    """The vision tower's width.
+
+    Qwen3-VL's and Qwen2.5-VL's ``hidden_size``; Qwen2-VL's ``embed_dim`` (its ``hidden_size``
+    is the language model's).
+    """
+    width = (
         vc["hidden_size"] if model_type == "qwen3_vl" else vc.get("embed_dim", vc["hidden_size"])
     )
+    return int(width)
+
+
+def _vision_parameters(vc: Mapping[str, Any], model_type: str) -> int:
+    h = _vision_width(vc, model_type)
     i = int(vc.get("intermediate_size") or h * vc.get("mlp_ratio", 4))
     depth, p = vc["depth"], vc["patch_size"]
     t, m = vc.get("temporal_patch_size", 2), vc.get("spatial_merge_size", 2)
@@ -384,13 +406,9 @@ def shape_from_config(
                          or size.get("shortest_edge") or min_px)  # fmt: skip
             patch = int(preprocessor.get("patch_size") or patch)
             merge = int(preprocessor.get("merge_size") or merge)
-        vh = (
-            vc.get("hidden_size")
-            if model_type == "qwen3_vl"
-            else vc.get("embed_dim", vc.get("hidden_size"))
-        )
+        vh = _vision_width(vc, model_type)
         fields = dict(
-            vision_hidden=int(vh),
+            vision_hidden=vh,
             vision_intermediate=int(vc.get("intermediate_size") or vh * vc.get("mlp_ratio", 4)),
             vision_depth=int(vc["depth"]),
             patch_size=patch,

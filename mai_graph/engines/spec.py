@@ -51,6 +51,7 @@ __all__ = [
     "ModelSpec",
     "check_retries",
     "engine_options_from_items",
+    "fake_extras_error",
     "engine_options_from_json",
     "load_lineup",
     "missing_model_error",
@@ -137,6 +138,16 @@ def missing_model_error(chosen: Sequence[str], missing: Sequence[str], where: st
         parameter=where,
         fix="give checkpoint paths or hub ids of one model family, or the served model "
         "names for remote servers (`mai-graph build-tiny DIR` builds a local test pair)",
+    )
+
+
+def fake_extras_error(flag: str, models: list[str]) -> ConfigError:
+    """The refusal of drafters or chain stages added to the canned fake pair."""
+    return ConfigError(
+        f"{flag} needs real models; the fake backend is one canned pair",
+        parameter=flag,
+        value=models,
+        fix=f"choose a vllm, transformers or openai backend (or drop {flag})",
     )
 
 
@@ -446,12 +457,7 @@ class LineupSpec(BaseModel):
         for side, extra in (("small", self.drafters), ("large", self.larger)):
             if extra and chosen[ROLES.index(side)] == "fake":
                 flag = "--drafter" if side == "small" else "--larger"
-                raise ConfigError(
-                    f"{flag} needs real models; the fake backend is one canned pair",
-                    parameter=flag,
-                    value=[s.model for s in extra],
-                    fix=f"choose a vllm, transformers or openai backend (or drop {flag})",
-                )
+                raise fake_extras_error(flag, [s.model for s in extra])
         names = [spec.name or spec.model for _, _, spec in self.members()]
         # One model may play small and large (a plumbing check); drafters and chain stages
         # must each be their own model.
