@@ -274,22 +274,25 @@ def load_dataset(
             "cannot reach 1; give one answer where a single gold answer is meant",
             len(few), file, few[0],
         )  # fmt: skip
+    missing = sum(1 for p in problems if p.message.startswith("missing image"))
+    image_fix = (f"; {missing} image(s) were not found under {root}: if the images live in "
+                 "another folder, pass --image-root DIR (image_root=)") if missing else ""  # fmt: skip
     if problems and on_bad_row == "fail":
         shown = "\n  ".join(str(p) for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise ConfigError(
             f"{len(problems)} bad row(s) in {file}:\n  {shown}{more}\n",
-            parameter="data",
+            parameter="image_root" if missing == len(problems) else "data",
             value=str(file),
-            fix="fix the rows, or skip them (--on-bad-row skip)",
+            fix="fix the rows, or skip them (--on-bad-row skip)" + image_fix,
         )
     if not samples:
         shown = "".join(f"\n  {p}" for p in problems[:5])
         raise ConfigError(
             f"no usable samples in {file} ({len(problems)} bad rows){shown}",
-            parameter="data",
+            parameter="image_root" if missing and missing == len(problems) else "data",
             value=str(file),
-            fix="check the file's format (--format) and its rows",
+            fix="check the file's format (--format) and its rows" + image_fix,
         )
     return Dataset(file, fmt, samples, problems)
 
@@ -382,10 +385,13 @@ def _image_from_path(value: str, root: Path) -> str:
     if _DATA_URL.match(value):
         return _checked_data_url(value)
     file = Path(value).expanduser()
-    if not file.is_absolute():
+    relative = not file.is_absolute()
+    if relative:
         file = root / file
     if not file.is_file():
-        raise _BadRow(f"missing image: {file} not found")
+        where = (f" (relative image paths are read under {root}; if the images are in "
+                 "another folder, give it with --image-root DIR)") if relative else ""  # fmt: skip
+        raise _BadRow(f"missing image: {file} not found{where}")
     return str(file.resolve())
 
 

@@ -225,12 +225,27 @@ class _Plan:
 
 
 class _Lookup:
-    """Finds the sample a request is about: its question text, its image hash, its options."""
+    """Finds the sample a request is about: its question block, its image hash, its options.
+
+    Every prompt the graph builds holds the question as :func:`~mai_graph.prompts.
+    question_block` renders it (the question, hint lines included, and its lettered options),
+    so a request is matched on that whole block, longest first: matching single lines would
+    take a hinted MMBench question (``Hint: ...`` then the question) for another row that asks
+    the same last line, and answer that row's letter. Samples sharing a block are told apart
+    by their image. Requests whose prompts were rewritten fall back to the longest question
+    text found in them.
+    """
 
     def __init__(self, samples: Sequence[Sample]) -> None:
         self.by_question: dict[str, list[Sample]] = {}
+        self.by_block: dict[str, list[Sample]] = {}
+        self.by_head: dict[str, list[str]] = {}
         for sample in samples:
             self.by_question.setdefault(sample.question.strip(), []).append(sample)
+            block = question_block(sample.question, sample.options)
+            self.by_block.setdefault(block, []).append(sample)
+        for block in sorted(self.by_block, key=len, reverse=True):
+            self.by_head.setdefault(block.split("\n", 1)[0], []).append(block)
         self._hashes: dict[str, str | None] = {}
         self._longest_first = sorted(self.by_question, key=len, reverse=True)
 
@@ -244,18 +259,18 @@ class _Lookup:
             self._hashes[sample.id] = ref["sha256"] if ref is not None else None
         return self._hashes[sample.id]
 
+    def _by_block(self, text: str) -> list[Sample] | None:
+        for line in text.splitlines():
+            for block in self.by_head.get(line, ()):
+                if block in text:
+                    return self.by_block[block]
+        return None
+
     def find(self, request: GenerationRequest) -> Sample:
         text = "\n".join(
             p["text"] for m in request.messages for p in m["content"] if p["type"] == "text"
         )
-        candidates = None
-        for line in text.splitlines():
-            for piece in (line.strip(), line.partition(":")[2].strip()):
-                if piece in self.by_question:
-                    candidates = self.by_question[piece]
-                    break
-            if candidates:
-                break
+        candidates = self._by_block(text)
         if candidates is None:
             question = next((q for q in self._longest_first if q in text), None)
             if question is None:
