@@ -100,3 +100,24 @@ def test_a_bad_context_file_exits_2(capsys, tmp_path, content, message):
         settings.write_text(content)
     assert main(["run", "q", "--context", str(settings)]) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_an_internal_value_error_is_reported_as_a_bug_not_as_bad_input(monkeypatch, tmp_path,
+                                                                        capsys):  # fmt: skip
+    import mai_graph.eval.synthetic as synthetic
+    from mai_graph.cli import EXIT_INTERNAL, main
+
+    def broken(*args, **kwargs):
+        raise ValueError("an index went wrong")
+
+    monkeypatch.setattr(synthetic, "make_synthetic", broken)
+    assert main(["synth-data", str(tmp_path / "d")]) == EXIT_INTERNAL == 70
+    err = capsys.readouterr().err
+    assert "internal error" in err and "a bug in mai-graph" in err
+    assert "ValueError" in err and "an index went wrong" in err and "Traceback" not in err
+    assert main(["-v", "synth-data", str(tmp_path / "d")]) == 70
+    assert "Traceback" in capsys.readouterr().err
+    # typed bad input still exits 2
+    monkeypatch.undo()
+    assert main(["synth-data", str(tmp_path / "e"), "--n", "0"]) == 2
+    assert "n must be a positive integer" in capsys.readouterr().err

@@ -22,6 +22,8 @@ from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
+EXIT_INTERNAL = 70
+"""An unexpected exception: a bug in mai-graph, not bad input (sysexits' EX_SOFTWARE)."""
 
 _FLOW = """\
 how MAI answers (multi-agent inference with a small and a large VLM of one family):
@@ -33,7 +35,8 @@ how MAI answers (multi-agent inference with a small and a large VLM of one famil
   5. answer   the large model reads them in prefill and answers short
 The large model never writes long output: decode is what costs.
 
-exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 anything else.
+exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 other errors,
+70 internal error (a bug in mai-graph: please report it with the command and -v output).
 """
 
 
@@ -376,17 +379,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_engines()
     try:
         return int(args.func(args))
-    except (ConfigError, ValueError) as exc:
-        print(f"mai-graph: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except BackendError as exc:
         print(f"mai-graph: backend error: {exc}", file=sys.stderr)
         return EXIT_BACKEND
-    except MAIError as exc:
+    except MAIError as exc:  # typed: bad input (ConfigError, ImageError, ...) or a known failure
         print(f"mai-graph: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # anything untyped is a bug, never "bad input"
+        return _internal_error(exc, verbose=bool(args.verbose))
+
+
+def _internal_error(exc: BaseException, *, verbose: bool) -> int:
+    """Report an unexpected exception as the bug it is (traceback with ``-v``)."""
+    import traceback
+
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
+    print(
+        f"mai-graph: internal error (a bug in mai-graph, not your input): "
+        f"{type(exc).__name__}{at}: {exc}\n"
+        "  please report it with the command line"
+        + ("" if verbose else " and the traceback `-v` prints"),
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
