@@ -121,3 +121,13 @@ def test_an_internal_value_error_is_reported_as_a_bug_not_as_bad_input(monkeypat
     monkeypatch.undo()
     assert main(["synth-data", str(tmp_path / "e"), "--n", "0"]) == 2
     assert "n must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("port", ["99999", "65616", "0", "-1", "80.5", "http"])
+def test_serve_refuses_a_port_that_would_wrap_or_is_not_a_port(port, capsys):
+    from mai_graph.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--port", port])
+    assert info.value.code == 2
+    assert "--port" in capsys.readouterr().err

@@ -40,6 +40,21 @@ exit codes: 0 ok, 2 bad input or settings, 3 backend failure, 1 other errors,
 """
 
 
+def port_number(raw: str) -> int:
+    """A TCP port from the command line: an integer in 1..65535 (a larger one would wrap).
+
+    >>> port_number("8080")
+    8080
+    """
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port is an integer, got {raw!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is in 1-65535, got {value}")
+    return value
+
+
 def add_context_flags(p: argparse.ArgumentParser) -> None:
     """The run-settings flags: ``--context FILE``, the common fields, ``--set FIELD=VALUE``."""
     p.add_argument(
@@ -247,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_backend_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
+    serve.add_argument(
+        "--port", type=port_number, default=8080, help="port to listen on (1-65535)"
+    )
     serve.add_argument("--model-name", default="mai", help="the model id clients send")
     serve.add_argument(
         "--max-concurrency", type=int, default=64, help="runs in flight at once (others wait)"
@@ -289,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--pair", default="trained", choices=["trained", "random"],
-        help="trained: the shipped trained pair; random: the random-weight plumbing pair",
+        "--pair", default="trained", choices=["trained", "v1", "v2", "random"],
+        help="trained: the default shipped trained pair (v2); v1 / v2: a shipped pair by name; "
+        "random: the random-weight plumbing pair",
     )  # fmt: skip
     demo.add_argument("--dir", default=None, help="the pair's folder (default: shipped / cache)")
     demo.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
