@@ -73,6 +73,8 @@ class NodeMetrics(TypedDict):
     answer_prob: float | None
     """For answer calls (short, S2, transfer answer): the model's probability for the text it
     answered, ``exp(sum(logprobs))``; None for reasoning or when the backend gives no logprobs."""
+    text: NotRequired[str]
+    """What this call generated, recorded at the call (each draft's and each stage's own)."""
 
 
 class Sparsification(TypedDict):
@@ -85,6 +87,8 @@ class Sparsification(TypedDict):
     dropped_mass: float
     """Share of the importance mass that was dropped (0 when everything is kept)."""
     scoring_s: float
+    masked_tokens: NotRequired[int]
+    """With ``transfer_mask_answer``: tokens of the stated final answer left out."""
 
 
 class InputState(TypedDict):

@@ -180,4 +180,5 @@ def record(node: str, role: str, gen: Generation, answer_prob: float | None) -> 
         ttft_s=gen.ttft_s,
         finish_reason=gen.finish_reason,
         answer_prob=answer_prob,
+        text=gen.text,
     )

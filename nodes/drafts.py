@@ -240,7 +240,7 @@ async def sparsify_drafts(
     infos: list[Sparsification] = []
     texts: list[str] = []
     for i in order[: ctx.transfer_drafts]:
-        view: Any = {**state, **{k: drafts[i].get(k) for k in _REASONING}}
+        view: Any = {**state, **{k: drafts[i].get(k) for k in (*_REASONING, "s2_answer")}}
         out = await sparsify(view, ctx, scorers, share_ids)
         drafts[i] = cast(
             Draft,
@@ -252,16 +252,19 @@ async def sparsify_drafts(
     tokens_in = sum(i["tokens_in"] for i in infos)
     tokens_out = sum(i["tokens_out"] for i in infos)
     dropped = sum(i["dropped_mass"] * i["tokens_in"] for i in infos)
+    info = Sparsification(
+        strategy=ctx.sparsify,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        kept_ratio=tokens_out / tokens_in if tokens_in else 1.0,
+        dropped_mass=dropped / tokens_in if tokens_in else 0.0,
+        scoring_s=sum(i["scoring_s"] for i in infos),
+    )
+    if ctx.transfer_mask_answer:
+        info["masked_tokens"] = sum(i.get("masked_tokens", 0) for i in infos)
     return {
         "drafts": drafts,
         "transfer": "\n".join(texts),
         "transfer_token_ids": None,
-        "sparsification": Sparsification(
-            strategy=ctx.sparsify,
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            kept_ratio=tokens_out / tokens_in if tokens_in else 1.0,
-            dropped_mass=dropped / tokens_in if tokens_in else 0.0,
-            scoring_s=sum(i["scoring_s"] for i in infos),
-        ),
+        "sparsification": info,
     }

@@ -12,6 +12,7 @@ from mai_graph.errors import ConfigError
 from mai_graph.lineup import Lineup
 from mai_graph.requests import Question, s2_request
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
+from mai_graph.scoring.mask import answer_statement
 from mai_graph.state import MAIState, Sparsification
 
 from ._common import Node, RunScope
@@ -59,11 +60,17 @@ async def sparsify(
     ``keep_ratio`` (or ``keep_mass``) of the tokens are kept in their original order; digits,
     option letters and negations always (``force_keep``); whole words when ``whole_words``.
     ``none`` keeps everything. With ``share_ids`` the kept token ids travel to the large model
-    as they are; otherwise their text does.
+    as they are; otherwise their text does. With ``transfer_mask_answer`` the reasoning's
+    stated final answer (:func:`~mai_graph.scoring.mask.answer_statement`) is never sent.
     """
     reasoning = reasoning_input(state, Question.from_state(state, ctx), ctx)
     tokens = reasoning.tokens
     live = [i for i, t in enumerate(tokens) if t]  # special tokens decode to "": never sent
+    masked = 0
+    if ctx.transfer_mask_answer:
+        hidden = set(answer_statement(tokens, state.get("s2_answer")))
+        masked = sum(1 for i in live if i in hidden)
+        live = [i for i in live if i not in hidden]
     start = time.perf_counter()
     if ctx.sparsify == "none" or not live:
         kept, dropped = live[: ctx.max_transfer_tokens], 0.0
@@ -99,6 +106,8 @@ async def sparsify(
         dropped_mass=dropped,
         scoring_s=time.perf_counter() - start,
     )
+    if ctx.transfer_mask_answer:
+        info["masked_tokens"] = masked
     update: dict[str, Any] = {
         "transfer": "".join(tokens[i] for i in kept).strip(),
         "transfer_token_ids": None,

@@ -272,3 +272,42 @@ def test_drafters_and_chains_are_evaluated_live_and_refused_for_replay(dataset, 
         run_eval(samples, [s1, s2], l1, out_dir=tmp_path / "b", branches=True, progress=False)
     with pytest.raises(ConfigError, match="large must be a backend or a non-empty sequence"):
         run_eval(samples, s1, [], out_dir=tmp_path / "c", progress=False)
+
+
+def test_records_of_drafters_and_chain_stages_carry_each_calls_own_text(tmp_path):
+    """Each call record holds what that call wrote, not the final state's one text per key."""
+    from PIL import Image
+
+    from mai_graph.backends.fake import FunctionBackend
+
+    Image.new("RGB", (32, 32), "white").save(tmp_path / "p.png")
+    rows = [{"id": f"q{i}", "image": "p.png", "question": f"Question {i}: how many?",
+             "answer": "7", "kind": "number"} for i in range(3)]  # fmt: skip
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def model(name, short):
+        def fn(request):
+            if request.purpose == "cot":
+                return f"{name} reasons. Answer: {short}"
+            return short
+
+        return FunctionBackend(fn, name=name)
+
+    drafters = [model("draft-a", "1"), model("draft-b", "2")]
+    chain = [model("mid", "3"), model("top", "4")]
+    out = tmp_path / "ev"
+    run_eval(load_dataset(data).samples, drafters, chain, out_dir=out, policies=["mai"],
+             progress=False)  # fmt: skip
+    for run in read_records(out).of("mai"):
+        texts = {(c.node, c.model, c.stage): c.text for c in run.calls}
+        assert texts[("verify", "draft-a", 1)] == "1" and texts[("extract", "draft-a", 1)] == "1"
+        assert texts[("verify", "draft-b", 1)] == "2" and texts[("extract", "draft-b", 1)] == "2"
+        assert texts[("escalate", "top", 2)] == "4" and texts[("extract", "mid", 2)] == "3"
+        canon = {(c.node, c.model): c.canonical for c in run.calls if c.node == "verify"}
+        assert canon[("verify", "draft-a")] == "1" and canon[("verify", "draft-b")] == "2"
+        reasons = [c for c in run.calls if c.node == "reason"]
+        assert reasons and all(c.text.startswith(c.model) for c in reasons)
+        answers = {c.stage: c for c in run.calls if c.node == "answer"}
+        assert answers[1].model == "mid" and answers[1].text == "3"
+        assert answers[2].model == "top" and answers[2].text == "4"

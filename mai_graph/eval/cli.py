@@ -89,9 +89,11 @@ def _backends(args: argparse.Namespace, samples: Any, context: Any = None) -> tu
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from mai_graph.eval.cost import parse_prices
     from mai_graph.eval.records import read_records
     from mai_graph.eval.report import build_report, format_table, write_report
 
+    prices = parse_prices(args.price or [])  # before a long run: a bad price fails now
     out = Path(args.out)
     if not args.report_only:
         if not args.data:
@@ -109,7 +111,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         predictor = LatencyModel.load(args.latency_model).report_predictor(
             f"latency model {Path(args.latency_model).name}"
         )
-    report = build_report(records, latency_model=predictor)
+    report = build_report(records, latency_model=predictor, prices=prices)
     written = write_report(report, out, plots=not args.no_plots)
     print(format_table(report))
     print()
@@ -134,6 +136,11 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
     )
     for problem in dataset.problems:
         print(f"skipped: {problem}", file=sys.stderr)
+    from mai_graph.eval.records import RECORDS_FILE
+    from mai_graph.files import output_folder
+
+    output_folder(out, flag="--out", what="evaluation",
+                  owns=lambda f: (f / RECORDS_FILE).is_file())  # fmt: skip
     samples = dataset.samples
     if args.circular:
         from mai_graph.eval.circular import circular_variants
@@ -156,6 +163,7 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
                 concurrency=args.concurrency,
                 branches=args.branches,
                 keep_ratios=_ratios(args.keep_ratios),
+                transfer_variants=_csv(args.transfer_variants, "--transfer-variants"),
                 progress=not args.no_progress,
                 data=str(dataset.path),
             )
@@ -183,8 +191,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         seed=args.seed,
     )
-    out = Path(args.out) if args.out else Path(args.records) / "calibration"
-    out.mkdir(parents=True, exist_ok=True)
+    from mai_graph.files import output_folder
+
+    out = output_folder(
+        Path(args.out) if args.out else Path(args.records) / "calibration",
+        flag="--out", what="calibration", owns=lambda f: (f / "calibration.json").is_file(),
+    )  # fmt: skip
     data = result.to_dict()
     plots: dict[str, Path] = {}
     if not args.no_plots:
@@ -270,10 +282,12 @@ def _calibration_md(data: dict[str, Any], plots: dict[str, Path]) -> str:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from mai_graph.eval.synthetic import make_synthetic
+    from mai_graph.eval.synthetic import make_synthetic, synthetic_folder
+    from mai_graph.files import output_folder
 
-    path = make_synthetic(args.dir, n=args.n, seed=args.seed, size=args.size)
-    print(f"{args.n} samples: {path}")
+    output_folder(args.dir, flag="DIR", what="synthetic dataset", owns=synthetic_folder)
+    path = make_synthetic(args.dir, n=args.n, seed=args.seed, size=args.size, task=args.task)
+    print(f"{args.n} samples ({args.task}): {path}")
     return EXIT_OK
 
 
@@ -326,6 +340,16 @@ def register(sub: Any) -> None:
     ev.add_argument(
         "--keep-ratios", help="with --branches: more keep ratios to record, e.g. 0.1,0.5"
     )
+    ev.add_argument(
+        "--transfer-variants", default="full", metavar="full[,masked]",
+        help="with --branches: also record each transfer answer with the small model's stated "
+        "final answer left out of the reasoning (masked): reading vs copying",
+    )  # fmt: skip
+    ev.add_argument(
+        "--price", action="append", metavar="ROLE=IN,OUT[,CACHED]",
+        help="token prices per million (prompt, generated, cached prompt) of the small or large "
+        "model, e.g. --price small=0.1,0.4 --price large=0.5,2,0.05: cost per question",
+    )  # fmt: skip
     ev.add_argument("--context", help="context file: a JSON object of MAIContext fields")
     ev.add_argument("--keep-ratio", type=float, help="share of reasoning kept")
     ev.add_argument("--cot-max-tokens", type=int, help="reasoning budget")
@@ -370,4 +394,8 @@ def register(sub: Any) -> None:
     syn.add_argument("--n", type=int, default=50, help="number of samples")
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--size", type=int, default=128, help="image side in pixels")
+    syn.add_argument(
+        "--task", default="v1", choices=["v1", "v2"],
+        help="v1: the first pair's five templates; v2: compositional questions (the v2 pair's)",
+    )  # fmt: skip
     syn.set_defaults(func=_cmd_synth)

@@ -92,6 +92,26 @@ def plot_report(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     out["Accuracy vs latency"] = _save(fig, out_dir / "accuracy_latency.png")
     plt.close(fig)
 
+    costs = [
+        (s["cost"]["per_1000"], s["accuracy"], p)
+        for p, s in policies.items()
+        if s.get("cost") and s["cost"]["per_1000"] is not None
+    ]
+    if costs:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for x, y, name in costs:
+            ax.scatter([x], [y], s=50, color=_MAI if name == "mai" else _SMALL, zorder=3)
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=9)
+        front = _front(costs)
+        if len(front) > 1:
+            ax.plot([p[0] for p in front], [p[1] for p in front], "--", color=_MAI, lw=1)
+        ax.set_xlabel("cost per 1,000 questions (at the given token prices)")
+        ax.set_ylabel("accuracy")
+        ax.set_title("Accuracy vs cost")
+        ax.grid(alpha=0.3)
+        out["Accuracy vs cost"] = _save(fig, out_dir / "accuracy_cost.png")
+        plt.close(fig)
+
     mai = policies.get("mai")
     if mai is not None:
         fig, ax = plt.subplots(figsize=(6.4, 3.2))

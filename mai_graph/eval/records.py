@@ -61,6 +61,9 @@ class SessionRecord(_Line):
     """``mai`` runs recorded every branch (gate ``never``, no S2 exit) for replay."""
     keep_ratios: list[float]
     """Keep ratios whose transfer answers were recorded (the context's first)."""
+    transfer_variants: list[str] = ["full"]
+    """Transfer answers recorded at each keep ratio: ``full``, and ``masked`` (the stated
+    final answer left out of the reasoning)."""
     models: dict[str, str]
     """``{"small": name, "large": name}``."""
     data: str | None = None
@@ -101,6 +104,9 @@ class CallRecord(_Line):
     """Graphs over a chain of models: the stage of the call (1 pairs the two smallest)."""
     drafter: int | None = None
     """Runs with several drafts: which draft made the call."""
+    variant: str | None = None
+    """``answer`` calls forked to read the reasoning without its stated final answer:
+    ``masked`` (None: the reasoning as sparsified)."""
 
 
 class SampleRecord(_Line):

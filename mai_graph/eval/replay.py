@@ -112,7 +112,13 @@ def _outcome(
 def recorded_keep_ratios(run: SampleRun) -> list[float]:
     """Keep ratios with a recorded transfer answer in this run."""
     return sorted(
-        {k for c in run.calls if c.node == "answer" and (k := ratio_key(c.keep_ratio)) is not None}
+        {
+            k
+            for c in run.calls
+            if c.node == "answer"
+            and c.variant != "masked"
+            and (k := ratio_key(c.keep_ratio)) is not None
+        }
     )
 
 
@@ -129,6 +135,8 @@ class Branches:
     extract: CallRecord
     answers: dict[float | None, CallRecord]
     """The transfer answer at each recorded keep ratio."""
+    masked: dict[float | None, CallRecord] = field(default_factory=dict)
+    """The transfer answer without the stated final answer, at each recorded keep ratio."""
 
     @classmethod
     def of(cls, run: SampleRun) -> Branches:
@@ -145,9 +153,11 @@ class Branches:
             )
         by_node: dict[tuple[str, str], CallRecord] = {}
         answers: dict[float | None, CallRecord] = {}
+        masked: dict[float | None, CallRecord] = {}
         for call in run.calls:
             if call.node == "answer":
-                answers[ratio_key(call.keep_ratio)] = call
+                table = masked if call.variant == "masked" else answers
+                table[ratio_key(call.keep_ratio)] = call
             else:
                 by_node.setdefault((call.node, call.role), call)
         try:
@@ -158,6 +168,7 @@ class Branches:
                 by_node["reason", "small"],
                 by_node["extract", "small"],
                 answers,
+                masked,
             )
         except KeyError as exc:
             raise ConfigError(
@@ -183,14 +194,18 @@ class Branches:
         ex = self.extract
         if ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx):
             return "extract_agree", path, ex
-        final = self.answers.get(ratio_key(ctx.keep_ratio))
+        table = self.masked if ctx.transfer_mask_answer else self.answers
+        final = table.get(ratio_key(ctx.keep_ratio))
         if final is None:
+            which = "masked transfer answer" if ctx.transfer_mask_answer else "transfer answer"
             raise ConfigError(
-                f"keep_ratio {ctx.keep_ratio} has no recorded transfer answer for sample "
+                f"keep_ratio {ctx.keep_ratio} has no recorded {which} for sample "
                 f"{self.run.record.sample} (recorded: {recorded_keep_ratios(self.run)})",
-                parameter="keep_ratio",
+                parameter="transfer_mask_answer" if ctx.transfer_mask_answer else "keep_ratio",
                 value=ctx.keep_ratio,
-                fix="replay a recorded keep ratio, or evaluate with --keep-ratios",
+                fix="evaluate with --transfer-variants full,masked"
+                if ctx.transfer_mask_answer
+                else "replay a recorded keep ratio, or evaluate with --keep-ratios",
             )
         return "transfer", [*path, final], final
 

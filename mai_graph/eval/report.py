@@ -11,6 +11,10 @@ answers), so a report can be rebuilt at any time without a model:
   fills (``null`` until one is given);
 - cost-quality: the share of the weak→strong accuracy gap MAI recovers against the share of
   runs that needed the transfer step, and the same for every replayable setting (a curve);
+- reasoning transfer (:mod:`mai_graph.eval.transfer`): the transfer gain and the copy rate
+  per policy, with the masked variant when recorded;
+- tokens: generated reasoning tokens apart from answer tokens, per model; with prices
+  (:mod:`mai_graph.eval.cost`), the cost per question and per 1,000 questions;
 - per sample: route, answer, canonical prediction, gold and verdict, to audit the scores.
 """
 
@@ -26,10 +30,12 @@ from typing import Any
 from mai_graph.answers import canonical_gold
 from mai_graph.context import MAIContext
 from mai_graph.eval.calibrate import pareto_front, score_settings, settings_grid
+from mai_graph.eval.cost import Price, run_cost
 from mai_graph.eval.datasets import GROUP_KEY, ROTATIONS_KEY, SHIFT_KEY
 from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
 from mai_graph.eval.scorers import headline, kind_metrics
+from mai_graph.eval.transfer import transfer_analysis
 from mai_graph.latency import MODEL_ROUTES
 
 __all__ = [
@@ -97,8 +103,30 @@ def _verdict_row(run: SampleRun, out: Outcome) -> dict[str, Any]:
     }
 
 
+def _split_tokens(out: Outcome) -> dict[str, dict[str, int]]:
+    """Generated tokens on a run's path per role: reasoning (``reason`` calls) and answers."""
+    split = {role: {"reasoning": 0, "answer": 0} for role in ("small", "large")}
+    for call in out.path:
+        part = "reasoning" if call.node == "reason" else "answer"
+        split.setdefault(call.role, {"reasoning": 0, "answer": 0})[part] += call.generated_tokens
+    return split
+
+
+def _cost_summary(outs: list[Outcome], prices: dict[str, Price] | None) -> dict[str, Any] | None:
+    if not prices:
+        return None
+    costs = [run_cost(o, prices) for o in outs]
+    if any(c is None for c in costs):
+        return None
+    mean = _mean([c for c in costs if c is not None])
+    return {"per_question": mean, "per_1000": None if mean is None else 1000 * mean}
+
+
 def _policy_summary(
-    rows: list[dict[str, Any]], outs: list[Outcome], latency_model: LatencyModel | None
+    rows: list[dict[str, Any]],
+    outs: list[Outcome],
+    latency_model: LatencyModel | None,
+    prices: dict[str, Price] | None = None,
 ) -> dict[str, Any]:
     n = len(rows)
     latencies = [o.latency_s for o in outs]
@@ -131,6 +159,15 @@ def _policy_summary(
         "prompt_tokens": {
             role: _mean([o.prompt.get(role, 0) for o in outs]) for role in ("small", "large")
         },
+        "reasoning_tokens": {
+            role: _mean([_split_tokens(o)[role]["reasoning"] for o in outs])
+            for role in ("small", "large")
+        },
+        "answer_tokens": {
+            role: _mean([_split_tokens(o)[role]["answer"] for o in outs])
+            for role in ("small", "large")
+        },
+        "cost": _cost_summary(outs, prices),
         "large_beyond_short": sum(o.large_beyond_short for o in outs) / n,
         "routes": routes,
         "replayed": any(r["replayed"] for r in rows),
@@ -186,6 +223,7 @@ def build_report(
     *,
     latency_model: LatencyModel | None = None,
     policies: Sequence[str] | None = None,
+    prices: dict[str, Price] | None = None,
 ) -> dict[str, Any]:
     """Compute the report from records (no model calls).
 
@@ -194,6 +232,8 @@ def build_report(
         latency_model: Fills each route's ``predicted_latency_s`` (e.g. a fitted latency
             model); without one they stay ``null``.
         policies: Report only these (default: every policy in the records).
+        prices: Per-model token prices (:func:`~mai_graph.eval.cost.parse_prices`): each
+            policy's cost per question (``null`` without them).
 
     Returns:
         The report as a JSON-ready dict (the content of ``report.json``).
@@ -208,7 +248,8 @@ def build_report(
             continue
         outs = [outcome(run, base.replace(policy=policy)) for run in runs]
         rows[policy] = [_verdict_row(run, o) for run, o in zip(runs, outs)]
-        summaries[policy] = _policy_summary(rows[policy], outs, latency_model)
+        summaries[policy] = _policy_summary(rows[policy], outs, latency_model, prices)
+        summaries[policy]["transfer"] = transfer_analysis(runs, outs, base)
     reference = summaries.get("large_cot", {}).get("latency_s", {}).get("mean")
     for summary in summaries.values():
         mean = summary["latency_s"]["mean"]
@@ -228,6 +269,7 @@ def build_report(
         "policies": summaries,
         "cost_quality": _cost_quality(records, rows, summaries, base),
         "latency_model": getattr(latency_model, "__name__", None) if latency_model else None,
+        "prices": {role: vars(p) for role, p in prices.items()} if prices else None,
         "problems": list(records.problems),
         "samples": [row for policy in rows for row in rows[policy]],
     }
@@ -322,6 +364,8 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"mai routes: {_route_line(mai)}")
     lines += _predicted_lines(report)
     lines += _benchmark_lines(report)
+    lines += _transfer_lines(report)
+    lines += _token_lines(report)
     cq = report.get("cost_quality")
     if cq and cq.get("gap_recovered") is not None:
         lines.append(
@@ -336,6 +380,55 @@ def format_table(report: dict[str, Any]) -> str:
         "speedup: mean latency vs large_cot"
     )
     return "\n".join(lines)
+
+
+def _copy_text(block: dict[str, Any]) -> str:
+    c = block["copy"]
+    return (f"copies small {_pct(c['small'])}, keeps large {_pct(c['large'])}, "
+            f"both {_pct(c['both'])}, neither {_pct(c['neither'])}")  # fmt: skip
+
+
+def _gain_text(block: dict[str, Any]) -> str:
+    return (
+        f"{_pct(block['transfer_accuracy'])} vs its short answer "
+        f"{_pct(block['large_short_accuracy'])} ({100 * block['gain']:+.1f} points; small S2 "
+        f"{_pct(block['small_s2_accuracy'])}); {_copy_text(block)}"
+    )
+
+
+def _transfer_lines(report: dict[str, Any]) -> list[str]:
+    """Transfer gain, masked transfer and copy rate per policy (where runs transferred)."""
+    lines = []
+    for policy, s in report["policies"].items():
+        t = s.get("transfer")
+        if not t:
+            continue
+        lines.append("")
+        lines.append(f"{policy} reasoning transfer (keep ratio {t['keep_ratio']:g}):")
+        blocks = [("transferred", t["transferred"]), ("  masked", t.get("masked"))]
+        apart = t.get("disagreements") or {}
+        blocks += [("disagreed", apart.get("full")), ("  masked", apart.get("masked"))]
+        for name, block in blocks:
+            if block and block["n"]:
+                lines.append(f"  {name:<11} n={block['n']:<4} large after transfer "
+                             f"{_gain_text(block)}")  # fmt: skip
+    return lines
+
+
+def _token_lines(report: dict[str, Any]) -> list[str]:
+    """Reasoning and answer tokens per model, and the cost with prices."""
+    lines = ["", "tokens per run (mean, reasoning / answers) and cost:"]
+    for policy, s in report["policies"].items():
+        r, a = s["reasoning_tokens"], s["answer_tokens"]
+        part = (f"  {policy:<10} small {_num(r['small'])} / {_num(a['small'])}   "
+                f"large {_num(r['large'])} / {_num(a['large'])}")  # fmt: skip
+        cost = s.get("cost")
+        if cost and cost["per_question"] is not None:
+            part += f"   cost {cost['per_1000']:.4g} per 1,000 questions"
+        lines.append(part)
+    if report.get("prices"):
+        lines.append("  cost: from the given prices per million tokens (inputs, not measured)")
+    return lines
 
 
 def _benchmark_lines(report: dict[str, Any]) -> list[str]:
@@ -475,6 +568,16 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
                     ],
                 ),  # fmt: skip
             ]
+    transfer = _transfer_lines(report)
+    if transfer:
+        lines += ["", "## Reasoning transfer", "", "```", *transfer[1:], "```", ""]
+        lines.append(
+            "`transferred`: runs on the transfer route; `disagreed`: every run recorded with "
+            "every branch whose short answers disagreed. `masked`: the same runs with the small "
+            "model's stated final answer left out of the reasoning. The copy shares say which "
+            "earlier answer the large model's answer after the transfer repeats."
+        )
+    lines += ["", "## Tokens and cost", "", "```", *_token_lines(report)[1:], "```"]
     if plots:
         lines += ["", "## Plots", ""]
         for title, name in plots.items():

@@ -10,7 +10,9 @@ With ``branches=True`` the ``mai`` policy runs with ``gate="never"`` and ``s2_ex
 every sample records both short answers (with probabilities), the reasoning, the S2 answer and
 the transfer answer; reports and calibration then replay any gate setting offline. Extra
 ``keep_ratios`` record one more transfer answer each, forked from the run's checkpoint after
-the S2 turn (reasoning is not redone).
+the S2 turn (reasoning is not redone); ``transfer_variants=("full", "masked")`` records, at
+every keep ratio, the transfer answer with the small model's stated final answer left out of
+the reasoning too (``MAIContext.transfer_mask_answer``: reading against copying).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
+from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
 from mai_graph.errors import ConfigError
 from mai_graph.eval.datasets import GROUP_KEY, Sample
 from mai_graph.eval.records import (
+    RECORDS_FILE,
     CallRecord,
     RecordWriter,
     SampleRecord,
@@ -38,11 +42,19 @@ from mai_graph.eval.records import (
     read_records,
 )
 from mai_graph.eval.replay import outcome, ratio_key
+from mai_graph.files import output_folder
 from mai_graph.lineup import Lineup
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState
 
-__all__ = ["BRANCH_SETTINGS", "POLICIES", "RunSummary", "arun_eval", "run_eval"]
+__all__ = [
+    "BRANCH_SETTINGS",
+    "POLICIES",
+    "TRANSFER_VARIANTS",
+    "RunSummary",
+    "arun_eval",
+    "run_eval",
+]
 
 POLICIES: tuple[str, ...] = get_args(Policy)
 """Every policy: ``mai`` and the baselines."""
@@ -50,8 +62,12 @@ POLICIES: tuple[str, ...] = get_args(Policy)
 BRANCH_SETTINGS: dict[str, Any] = {"gate": "never", "s2_exit": False, "large_confident_exit": None}
 """Context settings of ``mai`` runs that record every branch."""
 
+TRANSFER_VARIANTS = ("full", "masked")
+"""What the large model reads on the transfer route: the sparsified reasoning as it is, or
+without its stated final answer (``masked``)."""
+
 # Settings that must not change between the sessions of one records folder.
-_COMPARED = ("context", "branches", "keep_ratios", "models")
+_COMPARED = ("context", "branches", "keep_ratios", "transfer_variants", "models")
 
 # Text and canonical answer of each call, by (node, role), read from the graph's final state.
 _TEXT_KEYS = {
@@ -114,6 +130,26 @@ def _check_ratios(ratios: Sequence[float], base: float) -> list[float]:
     return out
 
 
+def _check_variants(variants: Sequence[str], branches: bool) -> list[str]:
+    out = list(dict.fromkeys(["full", *variants]))
+    bad = [v for v in out if v not in TRANSFER_VARIANTS]
+    if bad or isinstance(variants, str):
+        raise ConfigError(
+            f"transfer variants are {list(TRANSFER_VARIANTS)}, got {variants!r}",
+            parameter="transfer_variants",
+            value=variants if isinstance(variants, str) else list(variants),
+            fix="e.g. --transfer-variants full,masked",
+        )
+    if len(out) > 1 and not branches:
+        raise ConfigError(
+            "the masked transfer variant needs branches=True (it is forked from mai runs)",
+            parameter="transfer_variants",
+            value=out,
+            fix="add --branches",
+        )
+    return out
+
+
 class _Evaluation:
     """One call of :func:`arun_eval`: the graphs, the writer and the per-run logic."""
 
@@ -124,6 +160,7 @@ class _Evaluation:
         branches: bool,
         ratios: list[float],
         writer: RecordWriter,
+        variants: Sequence[str] = ("full",),
     ) -> None:
         from mai_graph.graph import create_mai_graph
 
@@ -131,13 +168,17 @@ class _Evaluation:
         self.branches = branches
         self.ratios = ratios
         self.writer = writer
+        # Every (keep ratio, masked) transfer answer recorded besides the run's own.
+        self.extra = [
+            (r, v == "masked") for r in ratios for v in variants if (r, v) != (ratios[0], "full")
+        ]
         builder = create_mai_graph(list(lineup.drafters), *lineup.chain)
         self.graph: Any = builder.compile(name="mai-eval")
         # Every state key (not only the output schema's): texts of each call, probabilities.
         self.keys = [k for k in get_type_hints(MAIState) if k in self.graph.channels]
         self.saver: Any = None
         self.forking: Any = None
-        if branches and len(ratios) > 1:
+        if branches and self.extra:
             from langgraph.checkpoint.memory import InMemorySaver
 
             self.saver = InMemorySaver()
@@ -152,7 +193,7 @@ class _Evaluation:
         ctx = self.context(policy, sample)
         branches = policy == "mai" and self.branches
         start = time.perf_counter()
-        forks: list[tuple[float, dict[str, Any]]] = []
+        forks: list[tuple[float, bool, dict[str, Any]]] = []
         if branches and self.forking is not None:
             thread = {"configurable": {"thread_id": f"eval-{uuid.uuid4().hex}"}}
             out = await self.forking.ainvoke(
@@ -166,10 +207,10 @@ class _Evaluation:
             out = await self.graph.ainvoke(sample.graph_input(), context=ctx, output_keys=self.keys)
         wall = time.perf_counter() - start
         calls = self._calls(policy, sample, out, ctx.keep_ratio if branches else None)
-        for ratio, fork in forks:
-            calls += [c for c in self._calls(policy, sample, fork, ratio) if c.node == "answer"][
-                -1:
-            ]
+        for ratio, masked, fork in forks:
+            found = [c for c in self._calls(policy, sample, fork, ratio) if c.node == "answer"]
+            calls += [c.model_copy(update={"variant": "masked"}) if masked else c
+                      for c in found[-1:]]  # fmt: skip
         record = SampleRecord(
             sample=sample.id,
             policy=policy,
@@ -195,8 +236,8 @@ class _Evaluation:
 
     async def _forks(
         self, thread: dict[str, Any], ctx: MAIContext
-    ) -> list[tuple[float, dict[str, Any]]]:
-        """The transfer answer at each extra keep ratio, from the checkpoint before sparsify."""
+    ) -> list[tuple[float, bool, dict[str, Any]]]:
+        """The extra transfer answers (keep ratios, masked), from the checkpoint before sparsify."""
         assert self.forking is not None
         before = None
         async for snapshot in self.forking.aget_state_history(thread):
@@ -206,19 +247,37 @@ class _Evaluation:
         if before is None:
             return []
         out = []
-        for ratio in self.ratios[1:]:
-            fork = await self.forking.ainvoke(
-                None, before, context=ctx.replace(keep_ratio=ratio), output_keys=self.keys
-            )
-            out.append((ratio, fork))
+        for ratio, masked in self.extra:
+            fork_ctx = ctx.replace(keep_ratio=ratio, transfer_mask_answer=masked)
+            fork = await self.forking.ainvoke(None, before, context=fork_ctx, output_keys=self.keys)
+            out.append((ratio, masked, fork))
         return out
+
+    @staticmethod
+    def _text(
+        m: dict[str, Any], out: dict[str, Any], sample: Sample
+    ) -> tuple[str | None, str | None]:
+        """A call's own text (recorded at the call) and the canonical answer read off it.
+
+        The final state holds one text per key (the last draft's, the last stage's); a call's
+        metrics record holds its own. Records of older runs without it fall back to the state.
+        """
+        text_key, canonical_key = _TEXT_KEYS.get((m["node"], m["role"]), (None, None))
+        state_text = out.get(text_key) if text_key else None
+        state_canonical = out.get(canonical_key) if canonical_key else None
+        text = m.get("text", state_text)
+        if m["node"] == "reason" or text is None:
+            return text, None
+        if text == state_text and state_canonical is not None:
+            return text, state_canonical
+        return text, extract_answer(text, sample.kind, sample.options)
 
     def _calls(
         self, policy: str, sample: Sample, out: dict[str, Any], ratio: float | None
     ) -> list[CallRecord]:
         calls = []
         for m in out.get("metrics") or []:
-            text_key, canonical_key = _TEXT_KEYS.get((m["node"], m["role"]), (None, None))
+            text, canonical = self._text(m, out, sample)
             is_answer = m["node"] == "answer"
             calls.append(
                 CallRecord(
@@ -234,8 +293,8 @@ class _Evaluation:
                     ttft_s=m.get("ttft_s"),
                     finish_reason=m.get("finish_reason", "stop"),
                     answer_prob=m.get("answer_prob"),
-                    text=out.get(text_key) if text_key else None,
-                    canonical=out.get(canonical_key) if canonical_key else None,
+                    text=text,
+                    canonical=canonical,
                     keep_ratio=(ratio if ratio is not None else self.base.keep_ratio)
                     if is_answer
                     else None,
@@ -258,6 +317,7 @@ def _session(
     policies: list[str],
     data: str | None,
     concurrency: int,
+    variants: Sequence[str] = ("full",),
 ) -> SessionRecord:
     return SessionRecord(
         started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -265,6 +325,7 @@ def _session(
         context=base.model_dump(),
         branches=branches,
         keep_ratios=ratios,
+        transfer_variants=list(variants),
         models={
             "small": ", ".join(b.name for b in lineup.drafters),
             "large": ", ".join(b.name for b in lineup.chain),
@@ -299,6 +360,7 @@ async def arun_eval(
     concurrency: int = 1,
     branches: bool = False,
     keep_ratios: Sequence[float] = (),
+    transfer_variants: Sequence[str] = ("full",),
     progress: bool = True,
     data: str | None = None,
     on_run: Callable[[str, Sample, float], None] | None = None,
@@ -317,6 +379,8 @@ async def arun_eval(
         concurrency: Runs in flight at once, per policy.
         branches: Record every branch of ``mai`` runs, for offline replay and calibration.
         keep_ratios: With ``branches``: more keep ratios to record transfer answers for.
+        transfer_variants: With ``branches``: ``full`` (the reasoning as sparsified) and / or
+            ``masked`` (its stated final answer left out), recorded at every keep ratio.
         progress: Show a progress bar (on stderr).
         data: The dataset's path, noted in the records.
         on_run: Called after each finished run with ``(policy, sample, credit)``; the credit
@@ -360,13 +424,15 @@ async def arun_eval(
             "one large model",
         )
     ratios = _check_ratios(keep_ratios, base.keep_ratio)
+    variants = _check_variants(transfer_variants, branches)
     ids = [s.id for s in samples]
     if len(set(ids)) != len(ids):
         raise ConfigError("sample ids must be unique", parameter="samples")
-    folder = Path(out_dir).expanduser()
+    folder = output_folder(out_dir, flag="out_dir", what="evaluation",
+                           owns=lambda f: (f / RECORDS_FILE).is_file())  # fmt: skip
     started = time.perf_counter()
     existing = await asyncio.to_thread(read_records, folder)
-    session = _session(base, branches, ratios, lineup, chosen, data, concurrency)
+    session = _session(base, branches, ratios, lineup, chosen, data, concurrency, variants)
     if existing.sessions:
         _check_resume(existing.sessions[0], session, folder)
     by_id = {s.id: s for s in samples}
@@ -395,7 +461,7 @@ async def arun_eval(
     writer = await asyncio.to_thread(RecordWriter, folder)
     try:
         await asyncio.to_thread(writer.write, [session])
-        evaluation = _Evaluation(lineup, base, branches, ratios, writer)
+        evaluation = _Evaluation(lineup, base, branches, ratios, writer, variants)
         for policy in chosen:
             batch = [s for p, s in todo if p == policy]
             if batch:
