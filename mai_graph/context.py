@@ -131,6 +131,9 @@ class MAIContext(BaseModel):
     """Keep or drop whole words rather than sub-word pieces."""
     force_keep: bool = True
     """Always keep digits, option letters and negations."""
+    transfer_mask_answer: bool = False
+    """Leave the small model's stated final answer out of the transferred reasoning (tells
+    the large model's reading of the reasoning from its copying of the answer; evaluation)."""
     max_transfer_tokens: int = Field(2048, ge=1, le=131072)
     """Upper bound on transferred tokens, whatever the ratio (guards the large model's context)."""
     constrain_choices: bool = True
@@ -214,16 +217,17 @@ def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         ConfigError: Missing file, invalid JSON, not an object, or unknown / invalid fields.
     """
+    from mai_graph.files import read_text
+
     file = Path(path).expanduser()
+    text = read_text(file, flag="--context", what="context file")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = json.loads(text)
+    except RecursionError:
         raise ConfigError(
-            f"context file not found: {file}",
-            parameter="--context",
-            value=str(file),
-            fix="give the path of a JSON file of MAIContext fields",
-        ) from None
+            f"context file {file} nests too deep to read", parameter="--context",
+            value=str(file), fix="write a flat JSON object of MAIContext fields",
+        ) from None  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"context file {file} is not valid JSON ({exc.msg}, line {exc.lineno})",

@@ -275,6 +275,14 @@ def _check_route(route: str) -> None:
         )
 
 
+def _is_latency_model(file: Path) -> bool:
+    """Whether a file is a latency model :meth:`LatencyModel.save` wrote (it may be replaced)."""
+    try:
+        return LatencyModel.load(file) is not None
+    except Exception:  # any unreadable or foreign file is the user's: not ours to overwrite
+        return False
+
+
 class LatencyModel(_Model):
     """Per-route latency of a model pair, and MAI's expected latency, speedup and break-even.
 
@@ -353,8 +361,9 @@ class LatencyModel(_Model):
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON; returns the path."""
-        file = Path(path)
-        file.parent.mkdir(parents=True, exist_ok=True)
+        from mai_graph.files import output_file
+
+        file = output_file(path, flag="--out", what="latency model", owns=_is_latency_model)
         file.write_text(self.model_dump_json(indent=1) + "\n", encoding="utf-8")
         return file
 

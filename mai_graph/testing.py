@@ -308,6 +308,11 @@ def count_parameters(path: str | os.PathLike[str]) -> int:
     return total
 
 
+def tiny_folder(folder: Path) -> bool:
+    """Whether a folder holds a tiny pair :func:`build_tiny_pair` wrote (it may rebuild it)."""
+    return any((folder / role / "mai-tiny.json").is_file() for role in ("small", "large"))
+
+
 def build_tiny_pair(
     root: str | os.PathLike[str] | None = None,
     *,
@@ -345,6 +350,10 @@ def build_tiny_pair(
                           parameter="template", value=template)  # fmt: skip
     if root is None and vocab == "qwen":
         root = default_tiny_dir() / ("qwen" if template == "instruct" else "qwen-thinking")
+    if root is not None:
+        from mai_graph.files import output_folder
+
+        output_folder(root, flag="root", what="tiny pair", owns=tiny_folder)
     small_dir, large_dir = tiny_pair_paths(root)
     stamp = _fingerprint(seed, vocab, template)
     if not force and all((d / "mai-tiny.json").exists() for d in (small_dir, large_dir)):

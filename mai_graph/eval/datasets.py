@@ -235,7 +235,9 @@ def load_dataset(
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(
-            f"dataset file not found: {file}",
+            f"dataset {file} is a folder, not a file"
+            if file.is_dir()
+            else f"dataset file not found: {file}",
             parameter="data",
             value=str(file),
             fix="give the path of a local JSONL, TSV or JSON file",
@@ -275,8 +277,10 @@ def load_dataset(
             len(few), file, few[0],
         )  # fmt: skip
     missing = sum(1 for p in problems if p.message.startswith("missing image"))
-    image_fix = (f"; {missing} image(s) were not found under {root}: if the images live in "
-                 "another folder, pass --image-root DIR (image_root=)") if missing else ""  # fmt: skip
+    image_fix = ""
+    if missing:
+        image_fix = (f"; {missing} image(s) were not found under {root}: if the images "
+                     "live in another folder, pass --image-root DIR (image_root=)")  # fmt: skip
     if problems and on_bad_row == "fail":
         shown = "\n  ".join(str(p) for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""

@@ -13,11 +13,26 @@ template                  question                                        kind
 ``bars``                  How many bars are there?                        number
 ========================  ==============================================  ========
 
-Shapes (circle, square, triangle) sit in the cells of a 4x4 grid; bar charts have 3 or 4 bars
-of distinct colours and heights. Templates take turns, so every kind is present in any set of
-five or more samples. The output is a folder with ``images/`` and ``data.jsonl`` in the format
-:func:`~mai_graph.eval.datasets.load_dataset` reads. :func:`draw_item` draws one sample in memory
-together with what was drawn (the scene), for training models on the same task.
+Task ``v2`` (``TASKS["v2"]``) composes what is seen, so that short answers are hard and
+step-by-step reasoning (count each colour, then conclude) helps:
+
+==================  ================================================================  ========
+template            question                                                          kind
+==================  ================================================================  ========
+``colour_count``    How many {colour} shapes are there?                               number
+``compare``         Are there more {colour} shapes than {colour} shapes?              yes_no
+``difference``      How many more {colour} shapes than {colour} shapes are there?     number
+``most``            Which colour is most frequent?  (options: colours, shuffled)      choice
+``tallest_any``     Which bar is tallest?  (options: bar colours, shuffled)           choice
+==================  ================================================================  ========
+
+Its scenes hold 3 to 9 shapes in 2 to 4 colours; option order never follows the picture's
+layout (no position shortcut). Shapes (circle, square, triangle) sit in the cells of a 4x4
+grid; bar charts have 3 or 4 bars of distinct colours and heights. Templates take turns, so
+every kind is present in any set of five or more samples. The output is a folder with
+``images/`` and ``data.jsonl`` in the format :func:`~mai_graph.eval.datasets.load_dataset`
+reads. :func:`draw_item` draws one sample in memory together with what was drawn (the scene),
+for training models on the same task.
 """
 
 from __future__ import annotations
@@ -30,7 +45,16 @@ from typing import Any
 
 from mai_graph.errors import ConfigError
 
-__all__ = ["COLOURS", "SHAPES", "TEMPLATES", "SyntheticItem", "draw_item", "make_synthetic"]
+__all__ = [
+    "COLOURS",
+    "SHAPES",
+    "TASKS",
+    "TEMPLATES",
+    "SyntheticItem",
+    "draw_item",
+    "make_synthetic",
+    "task_of",
+]
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
@@ -43,7 +67,28 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 
 SHAPES = ("circle", "square", "triangle")
 TEMPLATES = ("count", "colour", "exists", "tallest", "bars")
+TASKS: dict[str, tuple[str, ...]] = {
+    "v1": TEMPLATES,
+    "v2": ("colour_count", "compare", "difference", "most", "tallest_any"),
+}
+"""The task's templates by task name: ``v1`` (the first trained pair's), ``v2`` (compositional)."""
 GRID = 4
+
+
+def task_of(name: str) -> tuple[str, ...]:
+    """The templates of task ``name``.
+
+    >>> task_of("v2")[0]
+    'colour_count'
+    """
+    if name not in TASKS:
+        raise ConfigError(
+            f"unknown task {name!r}; tasks are {sorted(TASKS)}",
+            parameter="task",
+            value=name,
+            fix=f"use one of {sorted(TASKS)}",
+        )
+    return TASKS[name]
 
 
 @dataclass(frozen=True)
@@ -70,7 +115,7 @@ def draw_item(template: str, rng: random.Random, size: int = 128) -> SyntheticIt
     """
     if template not in _DRAW:
         raise ConfigError(
-            f"unknown template {template!r}; templates are {list(TEMPLATES)}",
+            f"unknown template {template!r}; templates are {sorted(_DRAW)}",
             parameter="template",
             value=template,
         )
@@ -84,7 +129,8 @@ def make_synthetic(
     n: int = 50,
     seed: int = 0,
     size: int = 128,
-    templates: tuple[str, ...] = TEMPLATES,
+    templates: tuple[str, ...] | None = None,
+    task: str = "v1",
 ) -> Path:
     """Draw ``n`` samples into ``out_dir`` (``images/*.png`` and ``data.jsonl``).
 
@@ -93,7 +139,8 @@ def make_synthetic(
         n: Number of samples.
         seed: Same seed, same images and questions.
         size: Image side in pixels (at least 64).
-        templates: Which templates to use, taking turns (see the module docstring).
+        templates: Which templates to use, taking turns (default: the task's).
+        task: ``v1`` or ``v2`` (see :data:`TASKS`); ``templates`` may pick among any.
 
     Returns:
         The path of ``data.jsonl``.
@@ -108,14 +155,17 @@ def make_synthetic(
         raise ConfigError(f"n must be a positive integer, got {n!r}", parameter="n", value=n)
     if isinstance(size, bool) or not isinstance(size, int) or size < 64:
         raise ConfigError(f"size must be an integer >= 64, got {size!r}", parameter="size")
-    unknown = [t for t in templates if t not in TEMPLATES]
+    templates = task_of(task) if templates is None else tuple(templates)
+    unknown = [t for t in templates if t not in _DRAW]
     if unknown or not templates:
         raise ConfigError(
-            f"unknown templates {unknown}; templates are {list(TEMPLATES)}",
+            f"unknown templates {unknown}; templates are {sorted(_DRAW)}",
             parameter="templates",
             value=list(templates),
         )
-    root = Path(out_dir).expanduser()
+    from mai_graph.files import output_folder
+
+    root = output_folder(out_dir, flag="out_dir", what="synthetic dataset", owns=synthetic_folder)
     (root / "images").mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(n):
@@ -130,6 +180,27 @@ def make_synthetic(
     path = root / "data.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def synthetic_folder(folder: Path) -> bool:
+    """Whether a folder holds only what :func:`make_synthetic` writes (it may be redrawn)."""
+    names = {p.name for p in folder.iterdir()}
+    if not names <= {"images", "data.jsonl"}:
+        return False
+    data = folder / "data.jsonl"
+    if data.is_file():
+        with data.open(encoding="utf-8", errors="replace") as fh:
+            first = fh.readline()
+        try:
+            row = json.loads(first) if first.strip() else {}
+        except ValueError:
+            return False
+        if row and not str(row.get("id", "")).startswith("syn-"):
+            return False
+    images = folder / "images"
+    return not images.exists() or (
+        images.is_dir() and all(p.name.startswith("syn-") for p in images.iterdir())
+    )
 
 
 def _canvas(size: int) -> Any:
@@ -237,4 +308,114 @@ def _bars(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]
     return img, row, list(zip(colours, heights))
 
 
-_DRAW = {"count": _count, "colour": _colour, "exists": _exists, "tallest": _tallest, "bars": _bars}
+def _palette_scene(
+    rng: random.Random, size: int, need: Any = None
+) -> tuple[Any, list[tuple[str, str, int]], dict[str, int]]:
+    """3 to 9 shapes in 2 to 4 colours (redrawn until ``need(counts)``): picture, scene, counts."""
+    while True:
+        palette = rng.sample(list(COLOURS), rng.randint(2, 4))
+        items = [(rng.choice(SHAPES), rng.choice(palette)) for _ in range(rng.randint(3, 9))]
+        counts = {c: sum(1 for _, col in items if col == c) for c in COLOURS}
+        if len(_present(counts)) >= 2 and (need is None or need(counts)):
+            img, placed = _scene(rng, size, items)
+            return img, placed, counts
+
+
+def _present(counts: dict[str, int]) -> list[str]:
+    return [c for c in COLOURS if counts[c]]
+
+
+def _colour_count(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    img, placed, counts = _palette_scene(rng, size)
+    colour = rng.choice(_present(counts)) if rng.random() < 0.85 else rng.choice(list(COLOURS))
+    row = {
+        "question": f"How many {colour} shapes are there?",
+        "answer": str(counts[colour]),
+        "kind": "number",
+    }
+    return img, row, placed
+
+
+def _compare(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    img, placed, counts = _palette_scene(rng, size)
+    a, b = rng.sample(_present(counts), 2)
+    if rng.random() < 0.15:  # sometimes a colour that is not there
+        b = rng.choice([c for c in COLOURS if c != a])
+    answer = "yes" if counts[a] > counts[b] else "no"
+    row = {
+        "question": f"Are there more {a} shapes than {b} shapes?",
+        "answer": answer,
+        "kind": "yes_no",
+    }
+    return img, row, placed
+
+
+def _difference(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    def unequal(counts: dict[str, int]) -> bool:
+        return len({counts[c] for c in _present(counts)}) > 1
+
+    img, placed, counts = _palette_scene(rng, size, unequal)
+    a, b = rng.sample([c for c in COLOURS if counts[c] or rng.random() < 0.3], 2)
+    while counts[a] == counts[b]:
+        a, b = rng.sample(list(COLOURS), 2)
+    if counts[a] < counts[b]:
+        a, b = b, a
+    row = {
+        "question": f"How many more {a} shapes than {b} shapes are there?",
+        "answer": str(counts[a] - counts[b]),
+        "kind": "number",
+    }
+    return img, row, placed
+
+
+def _shuffled_options(rng: random.Random, colours: list[str]) -> dict[str, str]:
+    """Options lettered in a random order (never the picture's layout)."""
+    order = rng.sample(colours, len(colours))
+    return {chr(ord("A") + i): c for i, c in enumerate(order)}
+
+
+def _most(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    def unique_max(counts: dict[str, int]) -> bool:
+        top = max(counts.values())
+        return sum(1 for v in counts.values() if v == top) == 1
+
+    img, placed, counts = _palette_scene(rng, size, unique_max)
+    best = max(counts, key=lambda c: counts[c])
+    k = rng.randint(3, 4)
+    others = sorted((c for c in COLOURS if c != best), key=lambda c: (-counts[c], rng.random()))
+    options = _shuffled_options(rng, [best, *others[: k - 1]])
+    answer = next(letter for letter, c in options.items() if c == best)
+    row = {
+        "question": "Which colour is most frequent?",
+        "options": options,
+        "answer": answer,
+        "kind": "choice",
+    }
+    return img, row, placed
+
+
+def _tallest_any(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    img, colours, heights = _chart(rng, size, rng.randint(3, 4))
+    options = _shuffled_options(rng, colours)
+    best = colours[heights.index(max(heights))]
+    row = {
+        "question": "Which bar is tallest?",
+        "options": options,
+        "answer": next(letter for letter, c in options.items() if c == best),
+        "kind": "choice",
+    }
+    return img, row, list(zip(colours, heights))
+
+
+_DRAW = {
+    "count": _count,
+    "colour": _colour,
+    "exists": _exists,
+    "tallest": _tallest,
+    "bars": _bars,
+    "colour_count": _colour_count,
+    "compare": _compare,
+    "difference": _difference,
+    "most": _most,
+    "tallest_any": _tallest_any,
+}
