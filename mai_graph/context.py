@@ -73,6 +73,10 @@ sparsified and transferred).
 """
 
 
+MAX_PROMPT_CHARS = 20_000
+"""Longest prompt override (system prompt, instructions, transfer preamble), in characters."""
+
+
 class MAIContext(BaseModel):
     """Settings of one MAI run (pass as ``context=`` to ``invoke`` / ``run``).
 
@@ -161,15 +165,15 @@ class MAIContext(BaseModel):
     """Most frames sampled from a question's video (evenly spaced over the whole clip)."""
     review: bool = False
     """Pause after verification for a human decision (graphs built with a review node)."""
-    system_prompt: str | None = None
+    system_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     """Override of the system prompt (keep it identical across runs for prefix caching)."""
-    short_instruction: str | None = None
+    short_instruction: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     """Override of the short-answer instruction."""
-    cot_instruction: str | None = None
+    cot_instruction: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     """Override of the chain-of-thought instruction."""
-    s2_instruction: str | None = None
+    s2_instruction: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     """Override of the answer-extraction (S2) instruction."""
-    transfer_preamble: str | None = None
+    transfer_preamble: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     """Override of the text that introduces the transferred reasoning to the large model."""
 
     def __init__(self, **data: Any) -> None:
@@ -294,6 +298,8 @@ def _config_error(exc: ValidationError) -> ConfigError:
     loc = [str(part) for part in err["loc"]]
     name = loc[0] if loc else "context"
     value = err.get("input")
+    if isinstance(value, str) and len(value) > 80:  # never echo a huge input back
+        value = f"{value[:60]}... ({len(value):,} characters)"
     known = sorted(MAIContext.model_fields)
     if err["type"] == "extra_forbidden":
         unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
@@ -327,7 +333,7 @@ def _config_error(exc: ValidationError) -> ConfigError:
         message = f"{name} must be in {_range(name)}, got {value!r}"
         fix = f"set {name} to a number in {_range(name)}"
     else:
-        message = f"{name}: {err['msg']}, got {value!r}"
+        message = f"{name}: {err['msg']}, got {value!r:.120}"
         fix = f"see MAIContext.{name}: {field.description or ''}"
     return ConfigError(message, parameter=name, value=value, fix=fix)
 

@@ -127,6 +127,14 @@ def messages_to_input(
             images.append(_image_source(part))
         elif part.get("type") in ("video_url", "video"):
             videos.append(_video_source(part))
+        else:  # audio, files, ...: never dropped silently
+            raise ConfigError(
+                f"content part of type {str(part.get('type'))!r:.40} is not supported: MAI "
+                "reads text, image and video parts",
+                parameter="messages",
+                value=part.get("type"),
+                fix="send the question as text with image (or video) parts",
+            )
     if len(videos) > 1:
         raise ImageError(
             f"a message may carry one video, got {len(videos)}",
@@ -139,7 +147,7 @@ def messages_to_input(
     inputs = InputState(
         question=" ".join(t.strip() for t in texts if t.strip()),
         image=images[0] if images else None,
-        options=(dict(opts) if isinstance(opts, Mapping) else list(opts)) if opts else None,
+        options=normalize_options(opts),  # one validation for every door: "a,b" or 5 refused
     )
     if len(images) > 1:
         inputs["images"] = list[ImageRef | str](images[1:])

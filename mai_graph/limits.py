@@ -26,6 +26,7 @@ import math
 
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
+from mai_graph.text import check_text
 
 __all__ = [
     "MAX_ASPECT_RATIO",
@@ -67,14 +68,7 @@ def check_question(text: object) -> str:
             value=text if not isinstance(text, str) else text[:80],
             fix="pass the question text as input['question']",
         )
-    if len(text) > MAX_QUESTION_CHARS:
-        raise ConfigError(
-            f"question has {len(text):,} characters, over the limit of {MAX_QUESTION_CHARS:,}",
-            parameter="question",
-            value=len(text),
-            fix="shorten the question (put long context in the image or a shorter summary)",
-        )
-    return text
+    return check_text(text, "question", MAX_QUESTION_CHARS)
 
 
 def aspect_ratio(width: int, height: int) -> float:

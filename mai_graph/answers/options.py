@@ -14,6 +14,7 @@ from numbers import Real
 from typing import Any, TypeAlias
 
 from mai_graph.errors import ConfigError
+from mai_graph.text import check_text
 
 __all__ = ["MAX_OPTIONS", "Options", "normalize_options", "option_text"]
 
@@ -21,6 +22,8 @@ Options: TypeAlias = Mapping[str, str] | Sequence[str]
 """Option texts in letter order (A, B, ...), or a mapping of option letter to text."""
 
 MAX_OPTIONS = 26
+MAX_OPTION_CHARS = 2_000
+"""Longest option text accepted, in characters (each option is in every prompt of a run)."""
 """At most one option per letter A..Z."""
 
 _FIX = 'pass a list of option texts (["cat", "dog"]) or a mapping {"A": "cat", "B": "dog"}'
@@ -174,4 +177,17 @@ def _normalize(options: object) -> dict[str, str] | None:
             value=options,
             fix="pass at least two options, or None for an open question",
         )
+    seen: dict[str, str] = {}
+    for letter, text in out.items():
+        check_text(text, f"option {letter}", MAX_OPTION_CHARS)
+        key = " ".join(text.casefold().split())
+        if key in seen:
+            raise ConfigError(
+                f"options {seen[key]} and {letter} are the same text {text!r:.60}: an answer "
+                "could not tell them apart",
+                parameter="options",
+                value=options,
+                fix="give each option a different text",
+            )
+        seen[key] = letter
     return out
