@@ -160,7 +160,7 @@ def create_mai_graph(
         output_schema=OutputState,
     )
     makers = {
-        "verify": make_verify(lineup, image_policy),
+        "verify": make_verify(lineup, image_policy, review),
         "reason": make_reason(lineup),
         "extract": make_extract(lineup),
         "sparsify": make_sparsify(lineup, table),

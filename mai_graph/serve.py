@@ -464,6 +464,15 @@ class _Endpoint:
             )
         _check_supported(body)
         ctx, options = _context(body, self.context, self.allowed)
+        if ctx.review:  # up front, before a stream starts: nothing here could resume the run
+            raise EndpointError(
+                "mai.review pauses a run for a human decision, and a paused run needs a "
+                "checkpointer and a thread to be resumed; this endpoint has neither",
+                parameter="mai.review",
+                code="setting_not_supported",
+                fix="leave review off here; use Studio (langgraph dev) or a graph compiled with "
+                "a checkpointer for human review",
+            )
         try:
             options = normalize_options(options)
         except ConfigError as exc:

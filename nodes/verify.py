@@ -11,6 +11,7 @@ from langgraph.types import Overwrite
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
 from mai_graph.gate import after_disagreement, agreement_exits
 from mai_graph.lineup import Lineup
 from mai_graph.media import check_backends
@@ -169,11 +170,39 @@ async def cancel_quietly(task: asyncio.Future[Any] | None) -> None:
         await task
 
 
-def make_verify(lineup: Lineup, image_policy: ImagePolicy | None = None) -> Node:
+def check_review(scope: RunScope, always: bool = False) -> None:
+    """Refuse a run that asks for human review where no checkpointer can hold it paused.
+
+    ``review`` pauses the run after verification (LangGraph ``interrupt``); a paused run is
+    resumed from its checkpoint, so without a checkpointer it would end with no answer.
+    Checked before any model call, in every door (``run()``, the CLI, the endpoint, the chat
+    model compile without one; Studio's server has one).
+    """
+    if not (always or scope.ctx.review):
+        return
+    from langgraph.constants import CONFIG_KEY_CHECKPOINTER  # where Pregel puts the saver
+
+    configurable = (scope.config or {}).get("configurable") or {}
+    if configurable.get(CONFIG_KEY_CHECKPOINTER) is None:
+        raise ConfigError(
+            "review pauses the run after verification for a human decision, and a paused run "
+            "needs a checkpointer to be resumed from; this run has none, so it would end "
+            "without an answer",
+            parameter="review",
+            value=True,
+            fix="compile the graph with a checkpointer (create_mai_graph(...).compile("
+            "checkpointer=InMemorySaver())) and run it on a thread, or leave review off",
+        )
+
+
+def make_verify(
+    lineup: Lineup, image_policy: ImagePolicy | None = None, review: bool = False
+) -> Node:
     """The ``verify`` node with its backends (and the image policy of its inputs) bound.
 
     Runs with several drafts verify them all (:func:`~mai_graph.nodes.drafts.verify_drafts`);
-    in a chain, this is stage 1 and its records carry ``stage``.
+    in a chain, this is stage 1 and its records carry ``stage``. ``review``: the graph pauses
+    every run for review (see :func:`check_review`).
     """
     from .drafts import verify_drafts
 
@@ -182,6 +211,7 @@ def make_verify(lineup: Lineup, image_policy: ImagePolicy | None = None) -> Node
     if lineup.classic:
 
         async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
+            check_review(scope, review)
             if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
                 return await verify_drafts(state, scope, lineup, image_policy)
             return await verify(state, scope, small, large, image_policy)
@@ -191,6 +221,7 @@ def make_verify(lineup: Lineup, image_policy: ImagePolicy | None = None) -> Node
     chain = lineup.stages > 1
 
     async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
+        check_review(scope, review)
         ctx = scope.ctx
         scope = tagged(scope, stage=1) if chain else scope
         if ctx.policy != "mai":

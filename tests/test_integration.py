@@ -117,7 +117,7 @@ def test_messages_to_input_reads_text_image_and_options(png):
     state = messages_to_input([AIMessage("hi"), msg])
     assert state["question"] == "Which colour is the square?"
     assert state["image"].startswith("data:image/png;base64,")
-    assert state["options"] == OPTIONS
+    assert state["options"] == dict(zip("ABCD", OPTIONS))  # validated once, lettered
     as_file = messages_to_input([HumanMessage(content=[{"type": "image", "url": str(png)}, "Q?"])])
     assert as_file["image"] == str(png)
     b64 = messages_to_input(

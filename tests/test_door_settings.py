@@ -1,0 +1,82 @@
+"""Settings that cannot work in a door are refused up front there, with the reason.
+
+``review=True`` pauses a run for a human decision; resuming needs a checkpointer. ``run()``,
+the CLI, the chat model and the endpoint compile without one: each refuses the setting before
+any model call with a typed error (a 400 on the endpoint, streaming or not), never a raw
+``KeyError`` or an empty answer that reads as success. A graph compiled with a checkpointer
+pauses as documented.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mai_graph import MAIContext, create_mai_graph, run
+from mai_graph.backends.fake import demo_backends as fake_pair
+from mai_graph.backends.recording import RecordingBackend
+from mai_graph.cli import main
+from mai_graph.errors import ConfigError
+from tests.servers import serving_app
+
+
+def _pair():
+    small, large = fake_pair()
+    return RecordingBackend(small), RecordingBackend(large)
+
+
+def test_run_refuses_review_without_a_checkpointer_before_any_call():
+    small, large = _pair()
+    with pytest.raises(ConfigError, match="needs a checkpointer") as info:
+        run("Is it red?", small=small, large=large, context={"review": True})
+    assert info.value.parameter == "review" and "InMemorySaver" in info.value.fix
+    assert small.requests == [] and large.requests == []
+    graph = create_mai_graph(small, large, review=True).compile()  # the graph-wide flag too
+    with pytest.raises(ConfigError, match="needs a checkpointer"):
+        graph.invoke({"question": "Is it red?"})
+
+
+def test_the_cli_says_why(capsys):
+    assert main(["run", "Is it red?", "--backend", "fake", "--set", "review=true"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a checkpointer" in err and "internal error" not in err
+
+
+def test_a_graph_with_a_checkpointer_pauses_for_review():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    small, large = _pair()
+    graph = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    out = graph.invoke({"question": "Is it red?"}, thread, context=MAIContext(review=True))
+    assert "__interrupt__" in out
+
+
+def test_the_chat_model_refuses_review():
+    from langchain_core.messages import HumanMessage
+
+    from mai_graph.langchain import MAIChatModel
+
+    small, large = _pair()
+    chat = MAIChatModel(small=small, large=large, context={"review": True})
+    with pytest.raises(ConfigError, match="needs a checkpointer"):
+        chat.invoke([HumanMessage("Is it red?")])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_endpoint_answers_400_streaming_or_not(stream):
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from mai_graph.serve import create_app
+
+    small, large = _pair()
+    with serving_app(create_app(small, large)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            out = client.chat.completions.create(
+                model="mai", messages=[{"role": "user", "content": "Is it red?"}],
+                extra_body={"mai": {"review": True}}, stream=stream,
+            )  # fmt: skip
+            if stream:
+                list(out)
+        assert "checkpointer" in str(info.value) and "review" in str(info.value)
+    assert small.requests == [] and large.requests == []
