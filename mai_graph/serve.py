@@ -340,9 +340,30 @@ def usage(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def extension(out: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
-    """The response's ``mai`` field: how the run went."""
-    metrics = list(out.get("metrics") or [])
+def served_metrics(metrics: Sequence[Mapping[str, Any]], served: str) -> list[dict[str, Any]]:
+    """Per-call records as a remote client may see them.
+
+    The backend's own name (often a local checkpoint path) becomes the served name and the
+    call's role (``mai/small``, ``mai/large``; ``mai/drafter-2``, ``mai/stage-2/large``), and
+    the call's text stays on the server (the answer is in the response).
+
+    >>> served_metrics([{"model": "/srv/models/8b", "role": "large", "text": "B"}], "mai")
+    [{'model': 'mai/large', 'role': 'large'}]
+    """
+    out = []
+    for m in metrics:
+        name = m["role"]
+        if m.get("drafter") is not None:
+            name = f"drafter-{int(m['drafter']) + 1}"
+        if m.get("stage") is not None and int(m["stage"]) > 1:
+            name = f"stage-{int(m['stage'])}/{name}"
+        out.append({**{k: v for k, v in m.items() if k != "text"}, "model": f"{served}/{name}"})
+    return out
+
+
+def extension(out: Mapping[str, Any], wall_s: float, served: str = "mai") -> dict[str, Any]:
+    """The response's ``mai`` field: how the run went (model names as served)."""
+    metrics = served_metrics(out.get("metrics") or [], served)
     return {
         "route": out.get("route"),
         "canonical": out.get("canonical"),
@@ -510,7 +531,7 @@ class _Endpoint:
                 }
             ],
             "usage": usage(out.get("metrics") or []),
-            "mai": extension(out, wall_s),
+            "mai": extension(out, wall_s, self.model_name),
         }
 
     def chunk(self, rid: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -562,7 +583,7 @@ class _Endpoint:
         if rest:
             yield _sse(self.chunk(rid, {"content": rest}))
         last = self.chunk(rid, {}, "stop")
-        last["mai"] = extension(final, wall)
+        last["mai"] = extension(final, wall, self.model_name)
         yield _sse(last)
         if include_usage:
             yield _sse(

@@ -449,3 +449,19 @@ def test_the_serve_command_serves_with_a_key_and_refuses_open_public_listening(c
         proc.terminate()
         proc.wait(timeout=30)
     assert "serving 'mai-test'" in proc.stderr.read()
+
+
+def test_clients_see_served_model_names_never_server_paths():
+    """Per-call records name the served model and role, not the backends' local paths."""
+    small = ScriptedBackend({"short": "A", "cot": "so A", "s2": "A"}, name="/srv/models/2b")
+    large = ScriptedBackend({"short": "B", "answer": "A"}, name="/srv/models/8b")
+    with running(create_app(small, large, api_keys=[KEY], model_name="vlm")) as url:
+        with client(url) as c:
+            out = c.chat.completions.create(
+                model="vlm", messages=question(), extra_body={"mai": {"options": OPTIONS}}
+            )
+    body = out.model_dump_json()
+    assert "/srv/models" not in body
+    names = {m["model"] for m in out.model_extra["mai"]["metrics"]}
+    assert names == {"vlm/small", "vlm/large"}
+    assert all("text" not in m for m in out.model_extra["mai"]["metrics"])
