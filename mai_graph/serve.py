@@ -284,6 +284,19 @@ _TOP_LEVEL = {"temperature": "temperature", "seed": "seed", "short_max_tokens": 
 """MAI settings that OpenAI fields set: setting -> request field."""
 
 
+CLIENT_SETTINGS: frozenset[str] = frozenset({
+    "answer_kind", "policy", "gate", "gate_min_prob", "large_confident_exit", "s2_exit",
+    "keep_ratio", "keep_mass", "sparsify", "whole_words", "force_keep", "transfer_mask_answer",
+    "constrain_choices", "rel_tol", "temperature", "seed", "short_max_tokens",
+})  # fmt: skip
+"""The MAI settings endpoint clients may change by default: how a run decides and reads its
+answer. Budgets and work (``cot_max_tokens``, ``cot_min_tokens``, ``s2_max_tokens``,
+``max_transfer_tokens``, drafts, speculative reasoning, video sampling), prompt overrides and
+``review`` stay the server's unless it opens them (``--allow-setting FIELD``, or ``all``);
+a client's ``short_max_tokens`` (OpenAI's ``max_tokens``) can only lower the server's. See
+``docs/security.md``."""
+
+
 def _context(
     body: ChatCompletionRequest, base: MAIContext, allowed: Collection[str] | None
 ) -> tuple[MAIContext, Any]:
@@ -296,8 +309,8 @@ def _context(
     if body.seed is not None:
         mapped["seed"] = body.seed
     budget = body.max_completion_tokens or body.max_tokens
-    if budget is not None:
-        mapped["short_max_tokens"] = budget
+    if budget is not None:  # an upper bound, as OpenAI's: never above the server's own
+        mapped["short_max_tokens"] = min(int(budget), base.short_max_tokens)
 
     def param(field: str) -> str:
         return _TOP_LEVEL[field] if field in mapped and field not in settings else f"mai.{field}"
@@ -592,6 +605,23 @@ class _Endpoint:
         yield _sse("[DONE]")
 
 
+def _allowed_from_flags(flags: Sequence[str] | None) -> Collection[str] | Literal["all"]:
+    """The settings ``--allow-setting`` lets clients change.
+
+    None given: the safe default list; ``all``: every field; names: added to the default list.
+
+    >>> sorted(_allowed_from_flags(["cot_max_tokens"]) - CLIENT_SETTINGS)
+    ['cot_max_tokens']
+    >>> _allowed_from_flags(["all"])
+    'all'
+    """
+    if not flags:
+        return CLIENT_SETTINGS
+    if "all" in flags:
+        return "all"
+    return CLIENT_SETTINGS | set(flags)
+
+
 def create_app(
     small: VLMBackend | Sequence[VLMBackend],
     large: VLMBackend | Sequence[VLMBackend],
@@ -600,7 +630,7 @@ def create_app(
     api_keys: Sequence[str] | None = None,
     image_policy: ImagePolicy | None = None,
     context: MAIContext | Mapping[str, Any] | None = None,
-    allowed_settings: Collection[str] | None = None,
+    allowed_settings: Collection[str] | Literal["all"] | None = CLIENT_SETTINGS,
     max_concurrency: int = 64,
     manage_backends: bool = False,
     **graph_kwargs: Any,
@@ -615,7 +645,8 @@ def create_app(
         image_policy: Which images requests may carry (default
             :meth:`ImagePolicy.from_env`, the untrusted policy).
         context: Default MAI settings of every run; requests override them in ``mai``.
-        allowed_settings: The MAI settings requests may change (``None``: all).
+        allowed_settings: The MAI settings requests may change (default
+            :data:`CLIENT_SETTINGS`; ``"all"`` or None: every field, for trusted callers).
         max_concurrency: Runs in flight at once; more requests wait for a slot.
         manage_backends: Start the backends' engines when the app starts (one after the
             other) and shut them down when it stops.
@@ -657,8 +688,18 @@ def create_app(
             parameter="max_concurrency",
             value=max_concurrency,
         )
-    if allowed_settings is not None:
-        unknown = sorted(set(allowed_settings) - set(MAIContext.model_fields))
+    allowed: Collection[str] | None = None  # None: every field
+    if isinstance(allowed_settings, str) and allowed_settings != "all":
+        raise ConfigError(
+            f"allowed_settings must be a collection of MAIContext fields or 'all', got "
+            f"{allowed_settings!r}",
+            parameter="allowed_settings",
+            value=allowed_settings,
+            fix='pass e.g. ["keep_ratio", "gate"], or "all"',
+        )
+    if allowed_settings is not None and not isinstance(allowed_settings, str):
+        allowed = frozenset(allowed_settings)
+        unknown = sorted(allowed - set(MAIContext.model_fields))
         if unknown:
             raise ConfigError(
                 f"allowed_settings names unknown settings {unknown}",
@@ -673,7 +714,7 @@ def create_app(
         api_keys=keys,
         image_policy=image_policy or ImagePolicy.from_env(),
         context=MAIContext.coerce(context),
-        allowed_settings=allowed_settings,
+        allowed_settings=allowed,
         max_concurrency=max_concurrency,
         graph_kwargs=graph_kwargs,
     )
@@ -866,7 +907,7 @@ def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int
         model_name=args.model_name,
         api_keys=keys,
         context=context,
-        allowed_settings=args.allow_setting,
+        allowed_settings=_allowed_from_flags(args.allow_setting),
         max_concurrency=args.max_concurrency,
         manage_backends=True,
     )

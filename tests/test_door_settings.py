@@ -69,7 +69,14 @@ def test_the_endpoint_answers_400_streaming_or_not(stream):
     from mai_graph.serve import create_app
 
     small, large = _pair()
-    with serving_app(create_app(small, large)) as url:
+    with serving_app(create_app(small, large)) as url:  # the default: review is not a client's
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="does not let requests change"):
+            client.chat.completions.create(
+                model="mai", messages=[{"role": "user", "content": "Is it red?"}],
+                extra_body={"mai": {"review": True}}, stream=stream,
+            )  # fmt: skip
+    with serving_app(create_app(small, large, allowed_settings="all")) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError) as info:
             out = client.chat.completions.create(

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from mai_graph import BackendError, FunctionBackend, ImagePolicy, ScriptedBackend
+from mai_graph.backends.recording import RecordingBackend
 from mai_graph.serve import api_keys_from, create_app
 from tests.servers import serving_app as running
 
@@ -233,7 +234,14 @@ def test_api_key_is_required_and_checked(served):
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling"),
         ({"response_format": {"type": "json_object"}}, "response_format", "json_object"),
         ({"temperature": 9}, "temperature", "temperature must be in"),
-        ({"max_tokens": 5000}, "max_tokens", "short_max_tokens must be an integer in [1, 4096]"),
+        ({"max_tokens": 0}, "max_tokens", "max_tokens: Input should be greater than or equal to 1"),
+        ({"mai": {"cot_max_tokens": 131072}}, "mai.cot_max_tokens", "does not let requests change"),
+        (
+            {"mai": {"system_prompt": "x" * 2_000_000}},
+            "mai.system_prompt",
+            "does not let requests change",
+        ),
+        ({"mai": {"drafts": 16}}, "mai.drafts", "does not let requests change"),
         ({"mai": "fast"}, "mai", "valid dictionary"),
     ],
 )
@@ -465,3 +473,17 @@ def test_clients_see_served_model_names_never_server_paths():
     names = {m["model"] for m in out.model_extra["mai"]["metrics"]}
     assert names == {"vlm/small", "vlm/large"}
     assert all("text" not in m for m in out.model_extra["mai"]["metrics"])
+
+
+def test_a_clients_budget_only_lowers_the_servers_and_the_default_allow_list():
+    from mai_graph.serve import CLIENT_SETTINGS
+
+    small = ScriptedBackend({"short": "A"}, name="small")
+    large = ScriptedBackend({"short": "A"}, name="large")
+    rec_large = RecordingBackend(large)
+    with running(create_app(small, rec_large, api_keys=[KEY])) as url, client(url) as c:
+        c.chat.completions.create(model="mai", messages=question(), max_tokens=5000,
+                                  extra_body={"mai": {"options": OPTIONS}})  # fmt: skip
+    assert {r.max_tokens for r in rec_large.requests} == {16}  # the server's short budget
+    assert "cot_max_tokens" not in CLIENT_SETTINGS and "review" not in CLIENT_SETTINGS
+    assert {"keep_ratio", "gate", "temperature", "options"} - CLIENT_SETTINGS == {"options"}

@@ -164,8 +164,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
-    from mai_graph.testing import build_tiny_pair, count_parameters
+    from mai_graph.testing import build_tiny_pair, count_parameters, tiny_folder
 
+    if args.dir is not None:
+        from mai_graph.files import output_folder
+
+        output_folder(args.dir, flag="DIR", what="tiny pair", owns=tiny_folder)
     small, large = build_tiny_pair(
         args.dir, seed=args.seed, force=args.force, vocab=args.vocab, template=args.template
     )
@@ -262,9 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_backend_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument(
-        "--port", type=port_number, default=8080, help="port to listen on (1-65535)"
-    )
+    serve.add_argument("--port", type=port_number, default=8080, help="port to listen on (1-65535)")
     serve.add_argument("--model-name", default="mai", help="the model id clients send")
     serve.add_argument(
         "--max-concurrency", type=int, default=64, help="runs in flight at once (others wait)"
@@ -279,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-setting",
         action="append",
         metavar="FIELD",
-        help="a MAI setting requests may change (repeatable; default: all)",
+        help="a MAI setting requests may change besides the safe default list, or 'all' for "
+        "every field (trusted clients only; repeatable; see docs/security.md)",
     )
     serve.add_argument(
         "--log-level",
