@@ -663,7 +663,7 @@ def create_app(
         ['/health', '/v1/models', '/v1/chat/completions']
     """
     from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     Lineup.of(small, large)  # every member a backend, before anything starts
@@ -760,7 +760,10 @@ def create_app(
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         try:
-            return JSONResponse(await endpoint.answer(run))
+            answered = await _unless_disconnected(request, endpoint.answer(run))
+            if answered is None:  # the client left: its run was cancelled, nobody to answer
+                return Response(status_code=499)
+            return JSONResponse(answered)
         except Exception as exc:
             error = as_endpoint_error(exc)
             if error.status >= 500:
@@ -789,6 +792,33 @@ def create_app(
     )
     app.state.mai = endpoint
     return app
+
+
+DISCONNECT_POLL_S = 0.25
+"""How often a non-streaming request checks that its client is still there."""
+
+
+async def _unless_disconnected(request: Any, work: Any) -> Any:
+    """The result of ``work``, or None once the client has gone (``work`` is then cancelled).
+
+    A non-streaming request whose client timed out (the ``openai`` client retries twice by
+    default) would otherwise keep its run, its concurrency slot and its engine requests to
+    the end; cancelling the run aborts its model calls in the engines.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def _event_stream_class() -> Any:

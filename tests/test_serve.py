@@ -487,3 +487,33 @@ def test_a_clients_budget_only_lowers_the_servers_and_the_default_allow_list():
     assert {r.max_tokens for r in rec_large.requests} == {16}  # the server's short budget
     assert "cot_max_tokens" not in CLIENT_SETTINGS and "review" not in CLIENT_SETTINGS
     assert {"keep_ratio", "gate", "temperature", "options"} - CLIENT_SETTINGS == {"options"}
+
+
+def test_a_timed_out_request_frees_its_slot_and_its_engine_requests():
+    """A non-streaming request whose client gave up is cancelled: its model call is aborted
+    within a bounded time and the next request gets the server's one slot at once, instead of
+    waiting for the abandoned run."""
+    calls, aborted = [], []
+
+    async def slow_first(request):
+        calls.append(request.purpose)
+        if len(calls) == 1:
+            try:
+                await asyncio.sleep(6.0)
+            except asyncio.CancelledError:
+                aborted.append(time.perf_counter())
+                raise
+        return "A"
+
+    small = FunctionBackend(slow_first, name="small")
+    large = FunctionBackend(lambda r: "A", name="large")
+    with running(create_app(small, large, api_keys=[KEY], max_concurrency=1)) as url:
+        with client(url, timeout=0.5) as c, pytest.raises(openai.APITimeoutError):
+            c.chat.completions.create(model="mai", messages=question())
+        gave_up = time.perf_counter()
+        with client(url, timeout=10) as c:
+            out = c.chat.completions.create(model="mai", messages=question())
+        waited = time.perf_counter() - gave_up
+    assert out.choices[0].message.content == "A"
+    assert aborted and aborted[0] - gave_up < 1.5, "the abandoned run was not cancelled"
+    assert waited < 3.0, f"the next request waited {waited:.1f} s for the abandoned run's slot"
