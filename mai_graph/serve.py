@@ -284,6 +284,11 @@ _TOP_LEVEL = {"temperature": "temperature", "seed": "seed", "short_max_tokens": 
 """MAI settings that OpenAI fields set: setting -> request field."""
 
 
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest request body read (64 MiB: a question with several large base64 images); a larger
+one is refused with 413 before it is read whole (``create_app(max_body_bytes=...)``)."""
+
+
 CLIENT_SETTINGS: frozenset[str] = frozenset({
     "answer_kind", "policy", "gate", "gate_min_prob", "large_confident_exit", "s2_exit",
     "keep_ratio", "keep_mass", "sparsify", "whole_words", "force_keep", "transfer_mask_answer",
@@ -632,6 +637,7 @@ def create_app(
     context: MAIContext | Mapping[str, Any] | None = None,
     allowed_settings: Collection[str] | Literal["all"] | None = CLIENT_SETTINGS,
     max_concurrency: int = 64,
+    max_body_bytes: int = MAX_BODY_BYTES,
     manage_backends: bool = False,
     **graph_kwargs: Any,
 ) -> Starlette:
@@ -648,6 +654,7 @@ def create_app(
         allowed_settings: The MAI settings requests may change (default
             :data:`CLIENT_SETTINGS`; ``"all"`` or None: every field, for trusted callers).
         max_concurrency: Runs in flight at once; more requests wait for a slot.
+        max_body_bytes: Largest request body read; a larger one is a 413.
         manage_backends: Start the backends' engines when the app starts (one after the
             other) and shut them down when it stops.
         **graph_kwargs: Passed to :func:`~mai_graph.graph.create_mai_graph` (retry policy,
@@ -748,7 +755,7 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         try:
             endpoint.authorize(request.headers.get("authorization"))
-            body = await _body(request)
+            body = await _body(request, max_body_bytes)
             run = await endpoint.prepare(body)
         except Exception as exc:
             return error_response(as_endpoint_error(exc))
@@ -852,10 +859,37 @@ def _EventStream(chunks: AsyncIterator[bytes], **kwargs: Any) -> Response:  # no
     return _event_stream_class()(chunks, **kwargs)  # type: ignore[no-any-return]
 
 
-async def _body(request: Request) -> ChatCompletionRequest:
-    """The validated request body; the first problem named in a 400."""
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    too_large = EndpointError(
+        f"the request body is over the limit of {limit:,} bytes",
+        status=413,
+        parameter="body",
+        code="request_too_large",
+        fix="send smaller or fewer images (or ask the operator for a larger limit)",
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _body(request: Request, limit: int = MAX_BODY_BYTES) -> ChatCompletionRequest:
+    """The validated request body; the first problem named in a 400 (413 when too large)."""
+    data = await _read_body(request, limit)
     try:
-        raw = await request.json()
+        raw = json.loads(data)
+    except RecursionError:
+        raise EndpointError(
+            "the request body nests too deep to read", parameter="body", code="invalid_json",
+            fix="send the request as OpenAI's chat format (a few levels deep)",
+        ) from None  # fmt: skip
     except ValueError:
         raise EndpointError(
             "the request body is not JSON", parameter="body", code="invalid_json"

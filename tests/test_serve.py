@@ -517,3 +517,29 @@ def test_a_timed_out_request_frees_its_slot_and_its_engine_requests():
     assert out.choices[0].message.content == "A"
     assert aborted and aborted[0] - gave_up < 1.5, "the abandoned run was not cancelled"
     assert waited < 3.0, f"the next request waited {waited:.1f} s for the abandoned run's slot"
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_body_over_the_limit_is_refused_before_it_is_read(declared):
+    small, large = transfer_pair()
+    app = create_app(small, large, api_keys=[KEY], max_body_bytes=100_000)
+    body = json.dumps({"model": "mai", "messages": question(image=data_url(size=(400, 400)))
+                       }).encode() + b" " * 200_000  # fmt: skip
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    with running(app) as url, httpx.Client(timeout=10) as h:
+        if declared:
+            r = h.post(f"{url}/v1/chat/completions", content=body, headers=headers)
+        else:  # no Content-Length: chunked, counted as it arrives
+            r = h.post(f"{url}/v1/chat/completions", content=iter([body[:50_000], body[50_000:]]),
+                       headers=headers)  # fmt: skip
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert h.get(f"{url}/health").status_code == 200  # still serving
+
+
+def test_json_nested_too_deep_is_a_400():
+    small, large = transfer_pair()
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    with running(create_app(small, large, api_keys=[KEY])) as url, httpx.Client(timeout=10) as h:
+        r = h.post(f"{url}/v1/chat/completions", content=b"[" * 100_000 + b"]" * 100_000,
+                   headers=headers)  # fmt: skip
+        assert r.status_code == 400 and "nests too deep" in r.json()["error"]["message"]
