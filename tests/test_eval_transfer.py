@@ -152,10 +152,11 @@ def test_bad_transfer_and_price_flags_are_refused_before_any_run(data, tmp_path,
 def test_resume_with_other_transfer_variants_is_refused(data, tmp_path):
     small, large = _pair()
     samples = load_dataset(data).samples
-    run_eval(samples[:2], small, large, out_dir=tmp_path, policies=["mai"], branches=True,
+    out = tmp_path / "ev"
+    run_eval(samples[:2], small, large, out_dir=out, policies=["mai"], branches=True,
              progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="transfer_variants"):
-        run_eval(samples, small, large, out_dir=tmp_path, policies=["mai"], branches=True,
+        run_eval(samples, small, large, out_dir=out, policies=["mai"], branches=True,
                  transfer_variants=["full", "masked"], progress=False)  # fmt: skip
 
 
