@@ -97,17 +97,20 @@ def run_demo(
 ) -> int:
     """Run the demo on the trained pair (default) or force each route on the random pair.
 
-    ``pair="trained"``: see :func:`mai_graph.pair.demo.run_trained_demo` (``questions``
-    held-out synthetic questions). ``pair="random"``: build the tiny random pair, start both
-    engines, run each route forced (``cot_tokens`` of reasoning) and print what happened.
+    ``pair="trained"`` (the default shipped pair), ``"v1"`` or ``"v2"`` (a shipped pair by
+    name; ``root`` overrides with a trained pair's folder): see
+    :func:`mai_graph.pair.demo.run_trained_demo` (``questions`` held-out synthetic
+    questions). ``pair="random"``: build the tiny random pair, start both engines, run each
+    route forced (``cot_tokens`` of reasoning) and print what happened.
     """
-    if pair == "trained":
+    if pair in ("trained", "v1", "v2"):
         from mai_graph.pair.demo import run_trained_demo
 
-        return run_trained_demo(root=root, backend=backend, questions=questions, as_json=as_json)
+        chosen = root or (None if pair == "trained" else pair)
+        return run_trained_demo(root=chosen, backend=backend, questions=questions, as_json=as_json)
     if pair != "random":
         raise ConfigError(
-            f"pair must be trained or random, got {pair!r}", parameter="pair", value=pair
+            f"pair must be trained, v1, v2 or random, got {pair!r}", parameter="pair", value=pair
         )
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.testing import tiny_backends, tiny_pair_paths

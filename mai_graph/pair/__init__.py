@@ -1,10 +1,12 @@
 """The trained tiny pair: two small Qwen3-VL models (a toy) that answer the synthetic task.
 
-The package ships the pair in ``models/``: ``small/`` and ``large/`` in the Hugging Face layout
-(config, bf16 safetensors, tokenizer, processor, chat template) and ``manifest.json`` (how they
-were trained, their held-out accuracies and agreement, the quality gates and the sha256 of every
-file). They answer questions about the pictures of :mod:`mai_graph.eval.synthetic` (shapes in a
-4x4 grid, bar charts) through the graph's real prompts, on every backend; nothing else. See
+The package ships two pairs (:data:`PAIRS`): ``v1`` in ``models/`` (five plain templates) and
+``v2`` in ``models_v2/`` (compositional questions where reasoning helps, task ``v2``). Each holds
+``small/`` and ``large/`` in the Hugging Face layout (config, bf16 safetensors, tokenizer,
+processor, chat template) and ``manifest.json`` (how they were trained, their held-out
+accuracies and agreement, the quality gates and the sha256 of every file). They answer
+questions about the pictures of :mod:`mai_graph.eval.synthetic` (shapes in a 4x4 grid, bar
+charts) through the graph's real prompts, on every backend; nothing else. See
 ``docs/tiny-pair.md``; :mod:`mai_graph.pair.train` (``mai-graph train-pair``) retrains them.
 
 Example:
@@ -24,7 +26,10 @@ from typing import Any
 from mai_graph.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_PAIR",
+    "PAIRS",
     "PAIR_DIR",
+    "pair_root",
     "file_checksums",
     "read_manifest",
     "trained_backends",
@@ -32,13 +37,43 @@ __all__ = [
     "verify_pair",
 ]
 
-PAIR_DIR = Path(__file__).resolve().parent / "models"
-"""Where the shipped pair lives (``small/``, ``large/``, ``manifest.json``)."""
+PAIRS: dict[str, Path] = {
+    "v1": Path(__file__).resolve().parent / "models",
+    "v2": Path(__file__).resolve().parent / "models_v2",
+}
+"""The shipped pairs by name (each folder holds ``small/``, ``large/``, ``manifest.json``)."""
+
+DEFAULT_PAIR = "v2"
+"""The pair ``mai-graph demo`` and ``mai-graph pair`` use unless told otherwise."""
+
+PAIR_DIR = PAIRS["v1"]
+"""Where the first shipped pair lives (``v1``)."""
+
+
+def pair_root(name: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of a shipped pair by name (``v1``, ``v2``; None: the default), or a folder.
+
+    >>> pair_root("v1") == PAIR_DIR
+    True
+    """
+    if name is None:
+        return PAIRS[DEFAULT_PAIR]
+    if isinstance(name, str) and name in PAIRS:
+        return PAIRS[name]
+    path = Path(name)
+    if isinstance(name, str) and not path.exists() and "/" not in name:
+        raise ConfigError(
+            f"no shipped pair named {name!r}; the shipped pairs are {sorted(PAIRS)}",
+            parameter="pair",
+            value=name,
+            fix=f"use one of {sorted(PAIRS)}, or the folder of a pair you trained",
+        )
+    return path
 
 
 def trained_pair_paths(root: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
-    """The ``(small, large)`` folders of a trained pair (default: the shipped one)."""
-    base = Path(root) if root is not None else PAIR_DIR
+    """The ``(small, large)`` folders of a trained pair (default: the default shipped pair)."""
+    base = pair_root(root)
     return base / "small", base / "large"
 
 
@@ -48,7 +83,7 @@ def read_manifest(root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Raises:
         ConfigError: The folder holds no manifest (not a trained pair).
     """
-    path = (Path(root) if root is not None else PAIR_DIR) / "manifest.json"
+    path = pair_root(root) / "manifest.json"
     try:
         return dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -85,7 +120,7 @@ def verify_pair(root: str | os.PathLike[str] | None = None) -> list[str]:
     >>> verify_pair()
     []
     """
-    base = Path(root) if root is not None else PAIR_DIR
+    base = pair_root(root)
     expected = read_manifest(base).get("checksums") or {}
     actual = file_checksums(base)
     problems = [f"missing: {name}" for name in sorted(set(expected) - set(actual))]
@@ -121,7 +156,7 @@ def trained_backends(
         raise ConfigError(
             f"the trained pair's files do not match its manifest: {'; '.join(problems[:3])}",
             parameter="root",
-            value=str(root or PAIR_DIR),
+            value=str(pair_root(root)),
             fix="reinstall mai-graph, or retrain with `mai-graph train-pair DIR`",
         )
     small_dir, large_dir = trained_pair_paths(root)

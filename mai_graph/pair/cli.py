@@ -15,21 +15,23 @@ Trains the small and the large model at once, one CPU thread each (niced), for -
 wall time each (or --steps), then scores both on --heldout fresh items of the synthetic
 generator, measures per-token decode speed on --speed, prints the quality gates and writes
 OUT/small, OUT/large and OUT/manifest.json only if every gate holds (--save-anyway to keep a
-failed run). Retrain the shipped pair with: mai-graph train-pair mai_graph/pair/models
+failed run). Retrain the shipped pairs with:
+  mai-graph train-pair mai_graph/pair/models
+  mai-graph train-pair mai_graph/pair/models_v2 --task v2 --minutes 14 38 --eval-items 300
 """
 
 
 def _cmd_pair(args: argparse.Namespace) -> int:
-    from mai_graph.pair import PAIR_DIR, read_manifest, verify_pair
+    from mai_graph.pair import pair_root, read_manifest, verify_pair
 
-    root = args.dir or PAIR_DIR
+    root = pair_root(args.dir or args.pair)
     if args.path:
         print(root)
         return 0
     manifest = read_manifest(root)
     problems = verify_pair(root)
     models = manifest["models"]
-    print(f"trained pair: {root}")
+    print(f"trained pair ({manifest.get('task', 'v1')}): {root}")
     for role in ("small", "large"):
         m, acc = models[role], manifest[role]
         per = ", ".join(f"{t} {100 * a:.0f}%" for t, a in acc["by_template"].items())
@@ -60,7 +62,11 @@ def register(sub: Any) -> None:
     pair = sub.add_parser(
         "pair", help="the trained tiny pair shipped with mai-graph: where, what, files intact"
     )
-    pair.add_argument("--dir", help="a trained pair's folder (default: the shipped pair)")
+    pair.add_argument("--dir", help="a trained pair's folder (default: a shipped pair)")
+    pair.add_argument(
+        "--pair", choices=["v1", "v2"], default=None,
+        help="which shipped pair (default: v2, the one where reasoning matters)",
+    )  # fmt: skip
     pair.add_argument("--path", action="store_true", help="print only the folder")
     pair.set_defaults(func=_cmd_pair)
     train = sub.add_parser(

@@ -19,6 +19,10 @@ tallest    ``The tallest bar is blue. Answer: B``
 bars       ``I see 4 bars. Answer: 4``
 =========  ===========================================================================
 
+Task ``v2`` (the second pair's) asks compositional questions; its reasoning counts every
+colour in a fixed order, then concludes from the counts, e.g. ``I count red 3, green 0, blue 2,
+yellow 1, purple 0. So red 3 > blue 2. Answer: yes`` (about thirty tokens).
+
 Shapes are listed in reading order (row by row). The answer-extraction turn (S2) answers what
 the reasoning concludes; the large model's transfer prompt shows it a sparsified reasoning that
 is sometimes wrong, and it learns to answer the truth (see :func:`transfer_hint`).
@@ -34,7 +38,7 @@ from typing import Any, Literal, cast
 from mai_graph.answers import AnswerKind
 from mai_graph.backends.render import render
 from mai_graph.context import MAIContext
-from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item
+from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item, task_of
 from mai_graph.images import ImageRef
 from mai_graph.requests import Question, answer_request, cot_request, s2_request, short_request
 from mai_graph.scoring.base import must_keep, select_tokens
@@ -47,6 +51,7 @@ __all__ = [
     "corpus",
     "heldout_items",
     "make_example",
+    "mask_answer",
     "prompt_fingerprint",
     "region_labels",
     "question_of",
@@ -74,7 +79,7 @@ CONTEXT = MAIContext()
 """The default settings: the prompts the trained pair answers are the graph's defaults."""
 
 _PLACEHOLDER = cast(ImageRef, {"path": "-", "sha256": "0" * 64, "width": 1, "height": 1})
-_CONTENT = set(COLOURS) | set(SHAPES) | {"yes", "no"}
+_CONTENT = set(COLOURS) | set(SHAPES) | {"yes", "no", ">", "<", "=", "-", "most"}
 
 
 @dataclass(frozen=True)
@@ -93,21 +98,26 @@ def train_item(
     index: int,
     size: int = 128,
     weights: Sequence[float] | None = None,
+    task: str = "v1",
 ) -> SyntheticItem:
     """A training item: the template is drawn at random (equally likely, or by ``weights``).
 
-    Training streams are keyed ``mai-pair-train|seed|step|index``, apart from the evaluation's
-    ``mai-synthetic|seed|i`` streams (held-out sets are the evaluation's).
+    Training streams are keyed ``mai-pair-train|seed|step|index`` (``v1``; other tasks add
+    their name), apart from the evaluation's ``mai-synthetic|seed|i`` streams (held-out sets
+    are the evaluation's).
     """
-    rng = random.Random(f"mai-pair-train|{seed}|{step}|{index}")
-    template = rng.choices(TEMPLATES, weights)[0] if weights else rng.choice(TEMPLATES)
+    key = f"mai-pair-train|{seed}|{step}|{index}" + ("" if task == "v1" else f"|{task}")
+    rng = random.Random(key)
+    templates = task_of(task)
+    template = rng.choices(templates, weights)[0] if weights else rng.choice(templates)
     return draw_item(template, rng, size)
 
 
-def heldout_items(n: int, seed: int, size: int = 128) -> list[SyntheticItem]:
-    """The items ``make_synthetic(dir, n=n, seed=seed, size=size)`` writes, in memory."""
+def heldout_items(n: int, seed: int, size: int = 128, task: str = "v1") -> list[SyntheticItem]:
+    """The items ``make_synthetic(dir, n=n, seed=seed, size=size, task=task)`` writes."""
+    templates = task_of(task)
     return [
-        draw_item(TEMPLATES[i % len(TEMPLATES)], random.Random(f"mai-synthetic|{seed}|{i}"), size)
+        draw_item(templates[i % len(templates)], random.Random(f"mai-synthetic|{seed}|{i}"), size)
         for i in range(n)
     ]
 
@@ -116,13 +126,16 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
     """Accuracy of a uniform guess over each template's answers, averaged over ``templates``.
 
     count: 1 of 8; colour: 1 of 5; exists: 1 of 2; tallest: 1 of 3 or 4 options (mean);
-    bars: 1 of 2 (3 or 4).
+    bars: 1 of 2 (3 or 4). Task v2: colour_count 1 of 10 (0 to 9), compare 1 of 2, difference
+    1 of 8 (1 to 8), most and tallest_any 1 of 3 or 4 options.
 
     >>> round(chance_accuracy(), 4)
     0.3233
     """
-    per = {"count": 1 / 8, "colour": 1 / 5, "exists": 1 / 2, "tallest": (1 / 3 + 1 / 4) / 2}
-    per["bars"] = 1 / 2
+    options = (1 / 3 + 1 / 4) / 2
+    per = {"count": 1 / 8, "colour": 1 / 5, "exists": 1 / 2, "tallest": options, "bars": 1 / 2}
+    per |= {"colour_count": 1 / 10, "compare": 1 / 2, "difference": 1 / 8, "most": options}
+    per["tallest_any"] = options
     return sum(per[t] for t in templates) / len(templates)
 
 
@@ -142,7 +155,7 @@ def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
     """
     colours = list(COLOURS)
     labels = [0] * (grid * grid)
-    if item.template in ("count", "colour", "exists"):
+    if item.scene and len(item.scene[0]) == 3:  # shapes: (shape, colour, cell)
         for shape, colour, cell in item.scene:
             labels[cell] = 1 + SHAPES.index(shape) * len(colours) + colours.index(colour)
         return labels
@@ -192,6 +205,10 @@ def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None 
     """
     scene = item.scene if scene is None else scene
     answer = item.row["answer"] if answer is None else answer
+    if item.template in _V2_SHAPES:
+        return _counted(item, _counts(scene))
+    if item.template == "tallest_any":
+        return _bars_seen(item, scene)
     if item.template == "count":
         return f"I see {answer} shape{'' if answer == '1' else 's'}. Answer: {answer}"
     if item.template == "bars":
@@ -202,12 +219,95 @@ def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None 
     return f"I see {_listing(scene)}. Answer: {answer}"
 
 
+_V2_SHAPES = ("colour_count", "compare", "difference", "most")
+
+
+def _counts(scene: Sequence[tuple[Any, ...]]) -> dict[str, int]:
+    return {c: sum(1 for _, colour, _ in scene if colour == c) for c in COLOURS}
+
+
+def _asked(item: SyntheticItem) -> list[str]:
+    """The colours a v2 shapes question names, in order."""
+    return [w for w in item.row["question"].rstrip("?").split() if w in COLOURS]
+
+
+def _conclude(item: SyntheticItem, counts: dict[str, int]) -> tuple[str, str]:
+    """The conclusion a v2 reasoning draws from its counts, and the answer it gives."""
+    t, asked = item.template, _asked(item)
+    if t == "colour_count":
+        c = asked[0]
+        return f"So {c} {counts[c]}.", str(counts[c])
+    if t in ("compare", "difference"):
+        a, b = asked
+        na, nb = counts[a], counts[b]
+        if t == "compare":
+            sign = ">" if na > nb else "<" if na < nb else "="
+            return f"So {a} {na} {sign} {b} {nb}.", "yes" if na > nb else "no"
+        return f"So {a} {na} - {b} {nb} = {na - nb}.", str(na - nb)
+    options = item.row["options"]  # most: the option colour counted most (first on a tie)
+    letter = max(options, key=lambda k: (counts[options[k]], -ord(k)))
+    return f"So {options[letter]} {counts[options[letter]]} is the most.", letter
+
+
+def _counted(item: SyntheticItem, counts: dict[str, int]) -> str:
+    listed = ", ".join(f"{c} {counts[c]}" for c in COLOURS)
+    conclusion, answer = _conclude(item, counts)
+    return f"I count {listed}. {conclusion} Answer: {answer}"
+
+
+def _bars_seen(
+    item: SyntheticItem, scene: Sequence[tuple[Any, ...]], top: str | None = None
+) -> str:
+    colours = [c for c, _ in scene]
+    top = top or max(scene, key=lambda bar: bar[1])[0]
+    letter = next(k for k, c in item.row["options"].items() if c == top)
+    listed = ", ".join(colours[:-1]) + " and " + colours[-1]
+    return f"I see {listed} bars. The tallest is {top}. Answer: {letter}"
+
+
+def _wrong_v2(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
+    if item.template == "tallest_any":
+        top = max(item.scene, key=lambda bar: bar[1])[0]
+        other = rng.choice([c for c, _ in item.scene if c != top])
+        text = _bars_seen(item, item.scene, other)
+        return text, text.rsplit(" ", 1)[-1]
+    counts = _counts(item.scene)
+    asked = _asked(item) or [
+        c for c in item.row["options"].values() if counts[c] == max(counts.values())
+    ]
+    colour = rng.choice(asked)
+    step = rng.choice([-1, 1]) if counts[colour] else 1
+    counts[colour] += step
+    if item.template == "most" and rng.random() < 0.5:  # a runner-up counted too often
+        counts[colour] -= step
+        other = rng.choice([c for c in item.row["options"].values() if c != colour])
+        counts[other] = counts[colour] + 1
+    text = _counted(item, counts)
+    return text, text.rsplit(" ", 1)[-1]
+
+
+def mask_answer(reasoning: str) -> str:
+    """The reasoning without its stated final answer (what the masked transfer sends).
+
+    Everything from the last ``Answer:`` on is removed (the conclusion before it stays: it is
+    reasoning, not the stated answer).
+
+    >>> mask_answer("I count red 3. So red 3. Answer: 3")
+    'I count red 3. So red 3.'
+    """
+    head, sep, _ = reasoning.rpartition("Answer:")
+    return head.rstrip() if sep else reasoning
+
+
 def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     """A plausible wrong reasoning and its (wrong) answer: a near miss of what a model sees.
 
     Counts are off by one, a colour is misread, a shape is missed or imagined, another bar is
-    taken for the tallest.
+    taken for the tallest. (Task v2: one count off by one, or a runner-up counted too often;
+    the conclusion follows the wrong counts, so its answer may still be right.)
     """
+    if item.template in _V2_SHAPES or item.template == "tallest_any":
+        return _wrong_v2(item, rng)
     t, row, scene = item.template, item.row, list(item.scene)
     if t == "count":
         k = int(row["answer"])
@@ -268,6 +368,7 @@ def make_example(
     p_wrong_s2: float = 0.25,
     p_wrong_hint: float = 0.4,
     p_text_hint: float = 0.3,
+    p_masked_hint: float = 0.0,
 ) -> Example:
     """A training example for one of the graph's calls on ``item``.
 
@@ -283,6 +384,8 @@ def make_example(
             truth either way).
         p_text_hint: Share of transfer examples sent as text (as over an OpenAI server) rather
             than as the kept token ids.
+        p_masked_hint: Share of transfer examples whose stated final answer is removed
+            (:func:`mask_answer`, as the evaluation's masked transfer sends them).
     """
     kind: AnswerKind = item.row["kind"]
     if kind != "choice" and rng.random() < p_auto:
@@ -305,6 +408,8 @@ def make_example(
             shown = wrong_reasoning(item, rng)[0]
         else:
             shown = reasoning_text(item)
+        if p_masked_hint and rng.random() < p_masked_hint:  # no draw at 0: v1 streams unchanged
+            shown = mask_answer(shown)
         hint, hint_ids = transfer_hint(tokenizer, shown, tuple(q.options or ()), rng)
         sent_ids = None if rng.random() < p_text_hint else hint_ids
         messages, target = answer_request(q, CONTEXT, hint, sent_ids).messages, gold
@@ -313,7 +418,7 @@ def make_example(
     return Example(prompt, target_ids, purpose, item.template)
 
 
-def prompt_fingerprint(tokenizer: Any) -> str:
+def prompt_fingerprint(tokenizer: Any, task: str = "v1") -> str:
     """Hash of the token ids of the graph's prompts (every call and answer kind) on fixed items.
 
     The pair answers the prompts it was trained on; the manifest keeps this hash, and a test
@@ -325,7 +430,7 @@ def prompt_fingerprint(tokenizer: Any) -> str:
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     rendered = []
     for i in range(len(TEMPLATES)):
-        item = train_item(-2, 0, i)
+        item = train_item(-2, 0, i, task=task)
         for kind in (item.row["kind"], "auto"):
             q = question_of(item, kind)
             reasoning = reasoning_text(item)
@@ -341,7 +446,7 @@ def prompt_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(json.dumps(rendered).encode()).hexdigest()[:16]
 
 
-def corpus(n: int = 400) -> list[str]:
+def corpus(n: int = 400, task: str = "v1") -> list[str]:
     """Texts the pair's tokenizer is trained on: every prompt and reasoning form of the task.
 
     Deterministic; rendered with the chat template, so role headers and instructions are in.
@@ -360,7 +465,7 @@ def corpus(n: int = 400) -> list[str]:
     template = _Template()
     rng = random.Random("mai-pair-corpus")
     for i in range(n):
-        item = train_item(-1, 0, i)
+        item = train_item(-1, 0, i, task=task)
         q = question_of(item, "auto" if i % 4 == 0 and item.row["kind"] != "choice" else None)
         reasoning = reasoning_text(item)
         wrong, _ = wrong_reasoning(item, rng)
@@ -371,7 +476,7 @@ def corpus(n: int = 400) -> list[str]:
             answer_request(q, CONTEXT, hint, None),
         ):
             texts.append(_render_text(template, request.messages))
-        texts += [reasoning, wrong, item.row["answer"], hint]
+        texts += [reasoning, wrong, item.row["answer"], hint, mask_answer(reasoning)]
     texts += ["Warm-up."] + [str(k) for k in range(11)]
     return texts
 

@@ -9,7 +9,7 @@ import pytest
 
 from mai_graph import MAIContext, arun
 from mai_graph.eval.scorers import score
-from mai_graph.pair import read_manifest
+from mai_graph.pair import PAIR_DIR, read_manifest
 from mai_graph.pair.task import heldout_items
 
 pytestmark = pytest.mark.engine
@@ -29,7 +29,7 @@ def trained(request):
         import torch
 
         torch.set_num_threads(1)
-    small, large = trained_backends(request.param)
+    small, large = trained_backends(request.param, PAIR_DIR)
     run_sync(start_backends(small, large))
     yield request.param, small, large
     shutdown_backends(small, large)
@@ -39,7 +39,7 @@ def trained(request):
 def items(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pair-items")
     out = []
-    for i, item in enumerate(heldout_items(N, seed=read_manifest()["heldout"]["seed"])):
+    for i, item in enumerate(heldout_items(N, seed=read_manifest(PAIR_DIR)["heldout"]["seed"])):
         path = folder / f"{i}.png"
         item.image.save(path)
         out.append((item, str(path)))

@@ -11,7 +11,7 @@ import pytest
 
 from mai_graph import MAIContext, arun
 from mai_graph.eval.scorers import score
-from mai_graph.pair import read_manifest, trained_pair_paths
+from mai_graph.pair import PAIR_DIR, read_manifest, trained_pair_paths
 from mai_graph.pair.task import heldout_items
 from tests.servers import free_port, serving
 
@@ -27,7 +27,7 @@ def large_url(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(trained_pair_paths()[1]), "--served-model-name", "trained-large",
+           "--model", str(trained_pair_paths(PAIR_DIR)[1]), "--served-model-name", "trained-large",
            "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
            "--gpu-memory-utilization", "0.05", "--block-size", "32", "--max-model-len", "4096",
            "--enable-prompt-tokens-details"]  # fmt: skip
@@ -41,12 +41,12 @@ async def test_mai_with_the_large_model_served(large_url, tmp_path):
     from mai_graph.backends.openai import OpenAIBackend
     from mai_graph.backends.vllm import VLLMBackend
 
-    small = VLLMBackend(str(trained_pair_paths()[0]), name="trained-small")
+    small = VLLMBackend(str(trained_pair_paths(PAIR_DIR)[0]), name="trained-small")
     large = OpenAIBackend.from_url(large_url, "trained-large")
     right = {"large": 0, "mai": 0}
     routes = set()
     try:
-        for i, item in enumerate(heldout_items(N, seed=read_manifest()["heldout"]["seed"])):
+        for i, item in enumerate(heldout_items(N, seed=read_manifest(PAIR_DIR)["heldout"]["seed"])):
             path = tmp_path / f"{i}.png"
             item.image.save(path)
             row = item.row
