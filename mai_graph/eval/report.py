@@ -129,6 +129,7 @@ def _policy_summary(
     prices: dict[str, Price] | None = None,
 ) -> dict[str, Any]:
     n = len(rows)
+    splits = [_split_tokens(o) for o in outs]
     latencies = [o.latency_s for o in outs]
     walls = [o.wall_s for o in outs if o.wall_s is not None]
     by_route: dict[str, list[Outcome]] = {}
@@ -160,12 +161,10 @@ def _policy_summary(
             role: _mean([o.prompt.get(role, 0) for o in outs]) for role in ("small", "large")
         },
         "reasoning_tokens": {
-            role: _mean([_split_tokens(o)[role]["reasoning"] for o in outs])
-            for role in ("small", "large")
+            role: _mean([s[role]["reasoning"] for s in splits]) for role in ("small", "large")
         },
         "answer_tokens": {
-            role: _mean([_split_tokens(o)[role]["answer"] for o in outs])
-            for role in ("small", "large")
+            role: _mean([s[role]["answer"] for s in splits]) for role in ("small", "large")
         },
         "cost": _cost_summary(outs, prices),
         "large_beyond_short": sum(o.large_beyond_short for o in outs) / n,

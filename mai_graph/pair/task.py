@@ -41,7 +41,8 @@ from mai_graph.context import MAIContext
 from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item, task_of
 from mai_graph.images import ImageRef
 from mai_graph.requests import Question, answer_request, cot_request, s2_request, short_request
-from mai_graph.scoring.base import must_keep, select_tokens
+from mai_graph.scoring.base import must_keep, select_tokens, split_pieces
+from mai_graph.scoring.mask import answer_statement
 
 __all__ = [
     "PURPOSES",
@@ -206,9 +207,9 @@ def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None 
     scene = item.scene if scene is None else scene
     answer = item.row["answer"] if answer is None else answer
     if item.template in _V2_SHAPES:
-        return _counted(item, _counts(scene))
+        return _counted(item, _counts(scene))[0]
     if item.template == "tallest_any":
-        return _bars_seen(item, scene)
+        return _bars_seen(item, scene)[0]
     if item.template == "count":
         return f"I see {answer} shape{'' if answer == '1' else 's'}. Answer: {answer}"
     if item.template == "bars":
@@ -249,28 +250,29 @@ def _conclude(item: SyntheticItem, counts: dict[str, int]) -> tuple[str, str]:
     return f"So {options[letter]} {counts[options[letter]]} is the most.", letter
 
 
-def _counted(item: SyntheticItem, counts: dict[str, int]) -> str:
+def _counted(item: SyntheticItem, counts: dict[str, int]) -> tuple[str, str]:
+    """A v2 counting reasoning from ``counts``, and the answer it states."""
     listed = ", ".join(f"{c} {counts[c]}" for c in COLOURS)
     conclusion, answer = _conclude(item, counts)
-    return f"I count {listed}. {conclusion} Answer: {answer}"
+    return f"I count {listed}. {conclusion} Answer: {answer}", answer
 
 
 def _bars_seen(
     item: SyntheticItem, scene: Sequence[tuple[Any, ...]], top: str | None = None
-) -> str:
+) -> tuple[str, str]:
+    """A v2 tallest-bar reasoning (``top`` taken for the tallest), and the letter it states."""
     colours = [c for c, _ in scene]
     top = top or max(scene, key=lambda bar: bar[1])[0]
     letter = next(k for k, c in item.row["options"].items() if c == top)
     listed = ", ".join(colours[:-1]) + " and " + colours[-1]
-    return f"I see {listed} bars. The tallest is {top}. Answer: {letter}"
+    return f"I see {listed} bars. The tallest is {top}. Answer: {letter}", letter
 
 
 def _wrong_v2(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     if item.template == "tallest_any":
         top = max(item.scene, key=lambda bar: bar[1])[0]
         other = rng.choice([c for c, _ in item.scene if c != top])
-        text = _bars_seen(item, item.scene, other)
-        return text, text.rsplit(" ", 1)[-1]
+        return _bars_seen(item, item.scene, other)
     counts = _counts(item.scene)
     asked = _asked(item) or [
         c for c in item.row["options"].values() if counts[c] == max(counts.values())
@@ -282,21 +284,22 @@ def _wrong_v2(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
         counts[colour] -= step
         other = rng.choice([c for c in item.row["options"].values() if c != colour])
         counts[other] = counts[colour] + 1
-    text = _counted(item, counts)
-    return text, text.rsplit(" ", 1)[-1]
+    return _counted(item, counts)
 
 
 def mask_answer(reasoning: str) -> str:
     """The reasoning without its stated final answer (what the masked transfer sends).
 
-    Everything from the last ``Answer:`` on is removed (the conclusion before it stays: it is
-    reasoning, not the stated answer).
+    The graph's own rule (:func:`~mai_graph.scoring.mask.answer_statement` on the text's
+    pieces): everything from the last answer cue on is removed (the conclusion before it
+    stays: it is reasoning, not the stated answer).
 
     >>> mask_answer("I count red 3. So red 3. Answer: 3")
     'I count red 3. So red 3.'
     """
-    head, sep, _ = reasoning.rpartition("Answer:")
-    return head.rstrip() if sep else reasoning
+    pieces = split_pieces(reasoning)
+    hidden = set(answer_statement(pieces))
+    return "".join(p for i, p in enumerate(pieces) if i not in hidden).rstrip()
 
 
 def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:

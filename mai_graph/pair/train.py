@@ -100,15 +100,19 @@ class PairSpec:
     """Share of transfer examples whose stated final answer is masked (task v2)."""
 
 
+SMALL_LM = TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64)
+LARGE_LM = TinySpec(64, 12, 2, 1, 192, 64, 2, 2, 128)
+"""The two architectures, shared by both pairs (v2 changes the views and the training)."""
+
 PAIR_SPECS: dict[str, PairSpec] = {
     "small": PairSpec(
-        TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64),
+        SMALL_LM,
         image_side=32,
         lr=2e-3,
         mix={"short": 0.45, "cot": 0.35, "s2": 0.2},
     ),
     "large": PairSpec(
-        TinySpec(64, 12, 2, 1, 192, 64, 2, 2, 128),
+        LARGE_LM,
         image_side=128,
         lr=2.5e-3,
         batch=16,
@@ -123,7 +127,7 @@ decode slower on any engine) and sees sixteen times the visual tokens."""
 
 PAIR_SPECS_V2: dict[str, PairSpec] = {
     "small": PairSpec(
-        TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64),
+        SMALL_LM,
         image_side=64,
         lr=2e-3,
         batch=24,
@@ -131,7 +135,7 @@ PAIR_SPECS_V2: dict[str, PairSpec] = {
         mix={"short": 0.35, "cot": 0.45, "s2": 0.2},
     ),
     "large": PairSpec(
-        TinySpec(64, 12, 2, 1, 192, 64, 2, 2, 128),
+        LARGE_LM,
         image_side=128,
         lr=2.5e-3,
         batch=16,
