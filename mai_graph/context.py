@@ -73,6 +73,10 @@ sparsified and transferred).
 """
 
 
+MAX_SEED = 2**63 - 17
+"""Largest sampling seed: engines take a signed 64-bit seed, and sampled drafts add their index
+(at most 16) to it."""
+
 MAX_PROMPT_CHARS = 20_000
 """Longest prompt override (system prompt, instructions, transfer preamble), in characters."""
 
@@ -144,8 +148,9 @@ class MAIContext(BaseModel):
     """For multiple choice, constrain short answers to the option letters (where supported)."""
     temperature: float = Field(0.0, ge=0, le=5)
     """Sampling temperature of every call (0 = greedy)."""
-    seed: int | None = None
-    """Sampling seed, for reproducible runs at temperature > 0."""
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """Sampling seed, for reproducible runs at temperature > 0, in 0 .. 2**63 - 17 (engines take
+    a signed 64-bit seed; sampled drafts add their index to it)."""
     drafts: int = Field(1, ge=1, le=16)
     """Drafts per small model: above 1, each small model answers (and on escalation reasons)
     this many times, sampled at draft_temperature."""

@@ -172,8 +172,10 @@ def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
             fix="resize the image, or raise max_pixels if you trust the source",
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        from mai_graph.text import without_reprs
+
         raise ImageError(
-            f"cannot decode image {source}: {exc}",
+            f"cannot decode image {source}: {without_reprs(str(exc), source)}",
             parameter="image",
             value=source,
             fix="pass a valid PNG, JPEG, WebP, GIF or BMP file",

@@ -37,6 +37,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -55,6 +56,7 @@ from mai_graph.media import check_image_count
 from mai_graph.result import totals
 from mai_graph.sources import ImagePolicy, resolve_image
 from mai_graph.state import InputState
+from mai_graph.text import without_reprs
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -184,23 +186,31 @@ def _refuse(message: str, param: str, fix: str) -> EndpointError:
     return EndpointError(message, parameter=param, fix=fix, code="unsupported_parameter")
 
 
-def as_endpoint_error(exc: BaseException) -> EndpointError:
+def as_endpoint_error(exc: BaseException, names: Mapping[str, str] | None = None) -> EndpointError:
     """The HTTP error of an exception raised while serving a request.
 
     Bad input (settings, images, questions) is a 400 naming the field; a backend failure a 503
     when it may pass (overload, a replica down) and a 502 otherwise; anything else a 500 that
-    says no more than that (details go to the server's log).
+    says no more than that (details go to the server's log). Messages name models by
+    ``names`` (backend name -> served name: local checkpoint paths stay on the server) and
+    carry no Python object reprs.
+
+    >>> as_endpoint_error(ConfigError("/srv/models/8b: too long"), {"/srv/models/8b": "mai/large"})
+    EndpointError('mai/large: too long')
     """
     if isinstance(exc, EndpointError):
         return exc
+    text = without_reprs(str(exc))
+    for private, public in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(private, public)
     if isinstance(exc, ImageError):
-        return EndpointError(str(exc), parameter="messages", code="invalid_image")
+        return EndpointError(text, parameter="messages", code="invalid_image")
     if isinstance(exc, ConfigError):
         param = exc.parameter
-        return EndpointError(str(exc), parameter=param, code="invalid_value")
+        return EndpointError(text, parameter=param, code="invalid_value")
     if isinstance(exc, BackendError):
         return EndpointError(
-            str(exc),
+            text,
             status=503 if exc.transient else 502,
             kind="server_error",
             code="backend_unavailable" if exc.transient else "backend_error",
@@ -358,6 +368,22 @@ def usage(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def private_names(lineup: Lineup, served: str) -> dict[str, str]:
+    """Each backend's own name (often a local checkpoint path) -> its served name.
+
+    The names are those of :func:`served_metrics`: ``mai/small``, ``mai/large``,
+    ``mai/drafter-2``, ``mai/stage-2/large``.
+    """
+    names: dict[str, str] = {}
+    many = len(lineup.drafters) > 1
+    for i, backend in enumerate(lineup.drafters):
+        names[str(backend.name)] = f"{served}/drafter-{i + 1}" if many else f"{served}/small"
+    for i, backend in enumerate(lineup.chain):
+        names.setdefault(str(backend.name), f"{served}/large" if i == 0
+                         else f"{served}/stage-{i + 1}/large")  # fmt: skip
+    return {k: v for k, v in names.items() if k}
+
+
 def served_metrics(metrics: Sequence[Mapping[str, Any]], served: str) -> list[dict[str, Any]]:
     """Per-call records as a remote client may see them.
 
@@ -467,6 +493,11 @@ class _Endpoint:
         self.max_concurrency = max_concurrency
         self._slots: asyncio.Semaphore | None = None
         self.created = int(time.time())
+        self.names = private_names(Lineup.of(small, large), model_name)
+
+    def error(self, exc: BaseException) -> EndpointError:
+        """``exc`` as the client may see it (served model names, no object reprs)."""
+        return as_endpoint_error(exc, self.names)
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -590,7 +621,7 @@ class _Endpoint:
                         streamed += item["text"]
                         yield _sse(self.chunk(rid, {"content": item["text"]}))
             except Exception as exc:  # the status line is gone: report in the stream
-                error = as_endpoint_error(exc)
+                error = self.error(exc)
                 if error.status >= 500:
                     log.warning("run %s failed: %s", rid, exc, exc_info=error.status == 500)
                 yield _sse(error.body())
@@ -758,7 +789,7 @@ def create_app(
             body = await _body(request, max_body_bytes)
             run = await endpoint.prepare(body)
         except Exception as exc:
-            return error_response(as_endpoint_error(exc))
+            return error_response(endpoint.error(exc))
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return _EventStream(
@@ -772,7 +803,7 @@ def create_app(
                 return Response(status_code=499)
             return JSONResponse(answered)
         except Exception as exc:
-            error = as_endpoint_error(exc)
+            error = endpoint.error(exc)
             if error.status >= 500:
                 log.warning("request failed: %s", exc, exc_info=error.status == 500)
             return error_response(error)
@@ -904,17 +935,69 @@ async def _body(request: Request, limit: int = MAX_BODY_BYTES) -> ChatCompletion
         ) from None
 
 
+SHUTDOWN_TIMEOUT_S = 10.0
+"""How long a stopping server (SIGTERM, Ctrl-C) waits for runs in flight before cancelling
+them; the engines then abort their requests and shut down."""
+
+
+def _check_shutdown_timeout(value: Any) -> None:
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) and math.isfinite(value) and value >= 0
+    ):
+        raise ConfigError(
+            f"the shutdown timeout must be a number of seconds >= 0, got {value!r}",
+            parameter="--shutdown-timeout",
+            value=value,
+            fix="give the seconds a stop waits for running requests, e.g. 10",
+        )
+
+
+def server_config(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "warning",
+    shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+) -> Any:
+    """The uvicorn configuration :func:`serve` runs ``app`` with.
+
+    A stop waits at most ``shutdown_timeout_s`` for requests in flight (an abandoned one
+    included), then cancels them and runs the app's shutdown (engines stopped).
+    """
+    import uvicorn
+
+    _check_shutdown_timeout(shutdown_timeout_s)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=shutdown_timeout_s,
+    )
+
+
 def serve(
     app: Any,
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
     log_level: str = "warning",
+    shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
 ) -> None:
-    """Serve ``app`` with uvicorn until interrupted (one process; engines shared by requests)."""
+    """Serve ``app`` with uvicorn until stopped (one process; engines shared by requests).
+
+    SIGTERM or Ctrl-C stops accepting requests, waits at most ``shutdown_timeout_s`` for those
+    in flight, cancels the rest and shuts the engines down.
+    """
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    config = server_config(
+        app, host=host, port=port, log_level=log_level, shutdown_timeout_s=shutdown_timeout_s
+    )
+    uvicorn.Server(config).run()
 
 
 def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[str]:
@@ -956,6 +1039,7 @@ def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int
     import os
     import sys
 
+    _check_shutdown_timeout(args.shutdown_timeout)
     keys = api_keys_from(os.environ, args.api_key_file)
     if not keys and args.host not in LOOPBACK:
         raise ConfigError(
@@ -982,5 +1066,11 @@ def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int
         file=sys.stderr,
         flush=True,
     )
-    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    serve(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        shutdown_timeout_s=args.shutdown_timeout,
+    )
     return 0

@@ -12,9 +12,22 @@ import re
 
 from mai_graph.errors import ConfigError
 
-__all__ = ["check_text"]
+__all__ = ["check_text", "without_reprs"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def without_reprs(text: str, instead: str = "the input") -> str:
+    """``text`` with Python object reprs (``<_io.BytesIO object at 0x...>``) replaced.
+
+    Messages of libraries name the objects they were given; a caller learns nothing from a
+    memory address, and a remote one should not see it.
+
+    >>> without_reprs("cannot identify image file <_io.BytesIO object at 0x7f3a2c>", "<data URL>")
+    'cannot identify image file <data URL>'
+    """
+    return _REPR.sub(instead, text)
 
 
 def check_text(value: str, parameter: str, limit: int) -> str:

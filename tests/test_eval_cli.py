@@ -145,3 +145,21 @@ def test_branches_refuse_drafter_runs_they_cannot_replay(tmp_path, capsys):
             "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
     assert main(argv) == 2
     assert "drafts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--size", "100000"], "size must be an integer from 64 to 4096"),
+        (["--size", "8"], "size must be an integer from 64 to 4096"),
+        (["--n", "0"], "n must be an integer from 1 to 1,000,000"),
+        (["--n", "10000000000"], "n must be an integer from 1 to 1,000,000"),
+    ],
+)
+def test_synth_data_refuses_sizes_it_could_not_draw_before_writing(tmp_path, capsys, flags,
+                                                                   needle):  # fmt: skip
+    folder = tmp_path / "data"
+    assert main(["synth-data", str(folder), *flags]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (folder / "data.jsonl").exists()

@@ -543,3 +543,101 @@ def test_json_nested_too_deep_is_a_400():
         r = h.post(f"{url}/v1/chat/completions", content=b"[" * 100_000 + b"]" * 100_000,
                    headers=headers)  # fmt: skip
         assert r.status_code == 400 and "nests too deep" in r.json()["error"]["message"]
+
+
+def test_a_stop_waits_for_runs_in_flight_at_most_the_shutdown_timeout():
+    """SIGTERM (uvicorn's should_exit) with a run that would take 30 s: the server cancels it
+    after the shutdown timeout, aborts its model call, runs the app's shutdown and exits."""
+    import uvicorn
+
+    from mai_graph.serve import server_config
+    from tests.servers import free_port
+
+    started, aborted = threading.Event(), []
+
+    async def stuck(request):
+        if request.purpose == "short":
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                aborted.append(time.monotonic())
+                raise
+        return "A"
+
+    small = FunctionBackend(stuck, name="small")
+    large = FunctionBackend(lambda r: "A", name="large")
+    port = free_port()
+    server = uvicorn.Server(server_config(create_app(small, large), port=port,
+                                          shutdown_timeout_s=1.0))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive()
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}"
+    outcome = []
+
+    def ask():
+        try:
+            with client(url, timeout=20) as c:
+                c.chat.completions.create(model="mai", messages=question())
+        except Exception as exc:
+            outcome.append(exc)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    assert started.wait(10)
+    stop = time.monotonic()
+    server.should_exit = True  # what SIGTERM does
+    thread.join(timeout=10)
+    took = time.monotonic() - stop
+    assert not thread.is_alive(), "the server did not stop"
+    assert took < 4.0, f"the stop took {took:.1f} s with a 1 s shutdown timeout"
+    assert aborted and aborted[0] - stop < 3.0, "the run in flight was never cancelled"
+    asker.join(timeout=10)
+    assert outcome, "the abandoned request cannot have been answered"
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "10"])
+def test_the_shutdown_timeout_is_checked(bad):
+    from mai_graph.errors import ConfigError
+    from mai_graph.serve import server_config
+
+    with pytest.raises(ConfigError, match="shutdown timeout"):
+        server_config(None, shutdown_timeout_s=bad)
+
+
+@pytest.mark.parametrize("seed", [10**40, -1, 2**63])
+def test_a_seed_out_of_range_is_a_400_naming_seed(served, seed):
+    url, small, _ = served
+    with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(model="mai", messages=question(), seed=seed)
+    assert err.value.body["param"] == "seed" and "seed must be an integer" in err.value.message
+    assert small.calls("short") == []
+
+
+def test_error_messages_name_served_models_and_carry_no_object_reprs():
+    """A backend's error naming its checkpoint path reaches the client with the served name;
+    a library's object repr in a message is replaced."""
+    from mai_graph.errors import ConfigError
+
+    def too_long(request):
+        raise ConfigError(
+            "/srv/models/8b: the generate prompt has 9,000 tokens, which does not fit "
+            "<vllm.engine.Thing object at 0x7f00ab>",
+            parameter="question",
+        )
+
+    small = ScriptedBackend({"short": "A"}, name="/srv/models/2b")
+    large = FunctionBackend(too_long, name="/srv/models/8b")
+    with running(create_app(small, large, api_keys=[KEY])) as url:
+        with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+            c.chat.completions.create(model="mai", messages=question())
+        broken = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
+        with client(url) as c, pytest.raises(openai.BadRequestError) as bad_image:
+            c.chat.completions.create(model="mai", messages=question(image=broken))
+    message = err.value.message
+    assert "mai/large: the generate prompt" in message and "/srv/models" not in message
+    assert "object at 0x" not in message and "object at 0x" not in bad_image.value.message
+    assert "cannot decode image" in bad_image.value.message

@@ -472,3 +472,50 @@ async def test_shutdown_aborts_the_running_request(tiny_pair, picture):
     assert gen.finish_reason == "abort" and gen.generated_tokens < 2000
     assert backend._model is None
     backend.shutdown()
+
+
+def test_max_model_len_is_validated():
+    for bad in (0, 1, "4096", True, 2.5):
+        with pytest.raises(ConfigError, match="max_model_len must be an integer"):
+            TransformersBackend("unused", max_model_len=bad)
+
+
+@pytest.mark.engine
+async def test_a_prompt_longer_than_the_context_is_refused_before_its_prefill(tiny_pair, picture):
+    """A long question under the question cap meets the context check, not the machine's
+    memory: refused with the prompt's size and the fix before any forward pass, through
+    ``arun``, and the backend answers the next question."""
+    from mai_graph import arun
+
+    backend = TransformersBackend(str(tiny_pair[0]), name="tiny-small", max_model_len=512)
+    calls = []
+    real = backend._load_model
+
+    def counting():
+        model = real()
+        if not getattr(model, "_counted", False):
+            forward = model.forward
+
+            def counted(*args, **kwargs):
+                calls.append(1)
+                return forward(*args, **kwargs)
+
+            model.forward, model._counted = counted, True
+        return model
+
+    backend._load_model = counting
+    try:
+        assert backend.max_model_len == 512
+        with pytest.raises(ConfigError) as err:
+            await arun("apples " * 2000, picture, small=backend, large=backend)
+        message = str(err.value)
+        assert "does not fit the model's context of max_model_len=512" in message
+        assert "tiny-small" in message and "Fix: " in message and calls == []
+        gen = await backend.generate(ask(image=picture, max_tokens=2000, min_tokens=2000))
+        assert gen.finish_reason == "length"
+        assert gen.prompt_tokens + gen.generated_tokens == 512  # stopped at the context's end
+        default = TransformersBackend(str(tiny_pair[0]))
+        assert default.max_model_len == 8192  # the tiny model's max_position_embeddings
+        default.shutdown()
+    finally:
+        backend.shutdown()

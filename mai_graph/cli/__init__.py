@@ -285,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
         "every field (trusted clients only; repeatable; see docs/security.md)",
     )
     serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM / Ctrl-C, wait at most S seconds for running requests, then cancel "
+        "them and stop the engines (default 10)",
+    )
+    serve.add_argument(
         "--log-level",
         default="warning",
         choices=["critical", "error", "warning", "info", "debug"],

@@ -94,6 +94,7 @@ TRANSFORMERS_OPTIONS: Mapping[str, str] = {
     "dtype": "float32 (default), bfloat16 or float16",
     "threads": "torch threads for this model",
     "cache_entries": "prompt KV caches kept for reuse (default 8)",
+    "max_model_len": "longest prompt plus answer, tokens (default: the model's, at most 32768)",
     "attn_implementation": "sdpa or eager (attention scores need eager)",
     "revision": "the checkpoint's revision on the hub",
     "trust_remote_code": "run the checkpoint's own model code",

@@ -123,6 +123,12 @@ def draw_item(template: str, rng: random.Random, size: int = 128) -> SyntheticIt
     return SyntheticItem(image, row, template, tuple(scene))
 
 
+MIN_SIZE, MAX_SIZE = 64, 4096
+"""Image sides ``make_synthetic`` draws (the upper bound keeps one picture under 50 MB)."""
+MAX_SAMPLES = 1_000_000
+"""Most samples one call draws."""
+
+
 def make_synthetic(
     out_dir: str | Path,
     *,
@@ -138,7 +144,7 @@ def make_synthetic(
         out_dir: Target folder (created; existing files of the same names are replaced).
         n: Number of samples.
         seed: Same seed, same images and questions.
-        size: Image side in pixels (at least 64).
+        size: Image side in pixels, :data:`MIN_SIZE` to :data:`MAX_SIZE`.
         templates: Which templates to use, taking turns (default: the task's).
         task: ``v1`` or ``v2`` (see :data:`TASKS`); ``templates`` may pick among any.
 
@@ -151,10 +157,21 @@ def make_synthetic(
         >>> [json.loads(line)["kind"] for line in path.read_text().splitlines()]
         ['number', 'text', 'yes_no', 'choice', 'number']
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"n must be a positive integer, got {n!r}", parameter="n", value=n)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 64:
-        raise ConfigError(f"size must be an integer >= 64, got {size!r}", parameter="size")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
+        raise ConfigError(
+            f"n must be an integer from 1 to {MAX_SAMPLES:,}, got {n!r}",
+            parameter="n",
+            value=n,
+            fix=f"draw at most {MAX_SAMPLES:,} samples per folder (use several seeds for more)",
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or not MIN_SIZE <= size <= MAX_SIZE:
+        raise ConfigError(
+            f"size must be an integer from {MIN_SIZE} to {MAX_SIZE} pixels, got {size!r}",
+            parameter="size",
+            value=size,
+            fix=f"give --size between {MIN_SIZE} and {MAX_SIZE} (the pictures are drawn in "
+            "memory: a side of 100,000 would need 30 GB)",
+        )
     templates = task_of(task) if templates is None else tuple(templates)
     unknown = [t for t in templates if t not in _DRAW]
     if unknown or not templates:

@@ -8,6 +8,7 @@ loading and the attention pass live in their own modules of this package.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -22,9 +23,14 @@ from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end, promp
 from mai_graph.backends.transformers.kv_cache import KVCacheStore, cache_key, empty_cache
 from mai_graph.backends.transformers.loading import eos_token_ids, load_model, load_processor
 from mai_graph.errors import BackendError, ConfigError
+from mai_graph.limits import check_prompt_length
 from mai_graph.loop import on_caller_loop
 
-__all__ = ["TransformersBackend"]
+__all__ = ["DEFAULT_MAX_MODEL_LEN", "TransformersBackend"]
+
+DEFAULT_MAX_MODEL_LEN = 32_768
+"""The longest context a transformers backend serves unless told otherwise (a model's native
+context, e.g. Qwen3-VL's 262,144 tokens, would let one prompt take the machine's memory)."""
 
 
 class TransformersBackend:
@@ -43,6 +49,10 @@ class TransformersBackend:
         dtype: Torch dtype name for loading (default ``float32``, fastest on CPU).
         cache_entries: How many KV caches to keep for prefix reuse (0: none).
         threads: Torch intra-op threads (default: leave torch's setting).
+        max_model_len: Longest prompt plus generated tokens; a longer prompt is refused before
+            its prefill (as vLLM does) and generation stops there. Default: the model's
+            ``max_position_embeddings``, at most :data:`DEFAULT_MAX_MODEL_LEN` (a prefill's
+            memory grows with its length: this backend holds no memory plan).
         **model_kwargs: Passed to ``from_pretrained`` (e.g. ``attn_implementation="eager"``).
     """
 
@@ -59,8 +69,20 @@ class TransformersBackend:
         dtype: str = "float32",
         cache_entries: int = 8,
         threads: int | None = None,
+        max_model_len: int | None = None,
         **model_kwargs: Any,
     ) -> None:
+        if max_model_len is not None and (
+            isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
+            or max_model_len < 2
+        ):  # fmt: skip
+            raise ConfigError(
+                f"max_model_len must be an integer >= 2, got {max_model_len!r}",
+                parameter="max_model_len",
+                value=max_model_len,
+                fix="give the context length in tokens, e.g. max_model_len=8192",
+            )
+        self._max_model_len = max_model_len
         self._caches = KVCacheStore(cache_entries)
         self._source = model
         self._owns_model = isinstance(model, str)
@@ -181,6 +203,16 @@ class TransformersBackend:
         )
         return prompt_inputs(model, processor, rendered)
 
+    @property
+    def max_model_len(self) -> int:
+        """The context length requests are held to (loads the model's config if needed)."""
+        if self._max_model_len is None:
+            config = self.model.config
+            text = getattr(config, "text_config", None) or config
+            native = getattr(text, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+            self._max_model_len = min(int(native), DEFAULT_MAX_MODEL_LEN)
+        return self._max_model_len
+
     def _eos_ids(self) -> set[int]:
         return eos_token_ids(self.model, self.tokenizer)
 
@@ -248,6 +280,13 @@ class TransformersBackend:
         model, tok = self.model, self.tokenizer
         inputs = self.prepare(request)
         ids, positions = inputs["input_ids"], inputs["position_ids"]
+        limit = self.max_model_len
+        check_prompt_length(self.name, ids.shape[1], limit, purpose=request.purpose)
+        room = limit - ids.shape[1]
+        if request.max_tokens > room:  # stop at the context's end, as an engine does
+            request = dataclasses.replace(
+                request, max_tokens=room, min_tokens=min(request.min_tokens, room)
+            )
         key = cache_key(ids[0].tolist(), model.config, inputs["media"])
         cached, cache = self._caches.lookup(
             key, min_prefix=media_end(ids[0].tolist(), model.config)
@@ -303,9 +342,11 @@ class TransformersBackend:
         self, request: GenerationRequest, layers: Sequence[int] | None, full: bool
     ) -> list[float]:
         with self._lock:
-            return reasoning_attention(
-                self.model, self.prepare(request), self._caches, layers=layers, full=full
+            inputs = self.prepare(request)
+            check_prompt_length(
+                self.name, inputs["input_ids"].shape[1], self.max_model_len, purpose="attention"
             )
+            return reasoning_attention(self.model, inputs, self._caches, layers=layers, full=full)
 
     def __repr__(self) -> str:
         return f"TransformersBackend({self.name!r})"
