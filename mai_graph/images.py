@@ -40,12 +40,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "DEFAULT_PIXEL_CACHE_MB",
     "STORE_KEEP_S",
     "ImageRef",
+    "PixelBudget",
     "aload_image",
     "check_ref",
     "image_ref",
     "load_image",
+    "PIXELS",
+    "PixelCache",
+    "pixel_cache_limit",
     "store_bytes",
     "store_dir",
 ]
@@ -100,6 +105,43 @@ def check_ref(value: Mapping[str, Any]) -> ImageRef:
     return cast(ImageRef, value)
 
 
+class PixelBudget:
+    """The pixels one question's images may still hold (``max_total_pixels`` less those read).
+
+    Each image takes its share from its header, before it is decoded, so a question over the
+    total is refused having decoded no more than the total.
+    """
+
+    def __init__(self, total: int, count: int = 0) -> None:
+        self.total, self.left, self.count, self.seen = total, total, count, 0
+
+    def take(self, width: int, height: int, label: str) -> None:
+        """Count an image of ``width`` x ``height`` against the budget.
+
+        >>> budget = PixelBudget(100, count=2)
+        >>> budget.take(5, 10, "a")
+        >>> try:
+        ...     budget.take(8, 8, "b")
+        ... except ImageError as exc:
+        ...     print(str(exc).split(" together ")[1].split(". Fix")[0])
+        (image 2 of 2, b, has 64), over the limit of 100
+        """
+        self.seen += 1
+        pixels = width * height
+        if pixels > self.left:
+            used = self.total - self.left
+            of = f" of {self.count}" if self.count else ""
+            raise ImageError(
+                f"the question's images have at least {used + pixels:,} pixels together (image "
+                f"{self.seen}{of}, {label}, has {pixels:,}), over the limit of {self.total:,}",
+                parameter="images",
+                value=used + pixels,
+                fix="send fewer or smaller images (or ask the operator for a larger "
+                "max_total_pixels)",
+            )
+        self.left -= pixels
+
+
 # -- decoding ----------------------------------------------------------------------------------
 
 
@@ -143,8 +185,13 @@ def _upright(img: PILImage.Image) -> None:
         pass
 
 
-def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
-    """Decode and validate; returns the image in its original mode, upright (EXIF)."""
+def _open(
+    data: bytes, source: str, max_pixels: int, budget: PixelBudget | None = None
+) -> PILImage.Image:
+    """Decode and validate; returns the image in its original mode, upright (EXIF).
+
+    The pixel limit and ``budget`` are checked against the header, before decoding.
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -160,6 +207,8 @@ def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
                     value=source,
                     fix="resize the image, or raise max_pixels if you trust the source",
                 )
+            if budget is not None:
+                budget.take(width, height, source)
             img.load()
             _upright(img)
     except ImageError:
@@ -190,9 +239,15 @@ def _open(data: bytes, source: str, max_pixels: int) -> PILImage.Image:
     return img
 
 
+_HASH_CHUNK_BYTES = 4 << 20
+
+
 def _pixel_hash(img: PILImage.Image) -> str:
+    """sha256 of ``WxH:`` and the RGB rows, read a band of rows at a time (no full copy)."""
     digest = hashlib.sha256(f"{img.width}x{img.height}:".encode())
-    digest.update(img.tobytes())
+    rows = max(1, _HASH_CHUNK_BYTES // max(1, img.width * 3))
+    for top in range(0, img.height, rows):
+        digest.update(img.crop((0, top, img.width, min(img.height, top + rows))).tobytes())
     return digest.hexdigest()
 
 
@@ -263,7 +318,12 @@ def read_file(path: Path, *, max_bytes: int | None = None, nofollow: bool = Fals
 
 
 def make_ref(
-    source: bytes | PILImage.Image, label: str, *, max_pixels: int, file: Path | None = None
+    source: bytes | PILImage.Image,
+    label: str,
+    *,
+    max_pixels: int,
+    file: Path | None = None,
+    budget: PixelBudget | None = None,
 ) -> ImageRef:
     """Decode, validate and hash an image into its reference (blocking).
 
@@ -273,6 +333,7 @@ def make_ref(
         max_pixels: Refuse images with more pixels than this.
         file: The file ``source`` was read from; the reference points at it when it holds RGB
             pixels, else (and for in-memory sources) at a PNG copy in the image store.
+        budget: The question's remaining pixels, taken from before decoding.
     """
     from PIL import Image
 
@@ -284,9 +345,11 @@ def make_ref(
                 parameter="image",
                 fix="resize the image, or raise max_pixels",
             )
+        if budget is not None:
+            budget.take(source.width, source.height, label)
         raw = source
     else:
-        raw = _open(source, label, max_pixels)
+        raw = _open(source, label, max_pixels, budget)
     img = _to_rgb(raw, label)
     digest = _pixel_hash(img)
     # Non-RGB files are stored converted, so every backend reads the same pixels.
@@ -469,23 +532,104 @@ def _unlink(path: str) -> None:
 
 # -- loading -----------------------------------------------------------------------------------
 
-_CACHE: OrderedDict[tuple[str, str], PILImage.Image] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-_CACHE_SIZE = 32
+DEFAULT_PIXEL_CACHE_MB = 256.0
+"""Default bound of the decoded-pixel cache, in MB (``$MAI_GRAPH_PIXEL_CACHE_MB``)."""
+
+
+def pixel_cache_limit() -> int:
+    """The pixel cache's bound in bytes: ``$MAI_GRAPH_PIXEL_CACHE_MB`` (0 turns it off).
+
+    Raises:
+        ConfigError: The variable is not a number >= 0.
+    """
+    raw = os.environ.get("MAI_GRAPH_PIXEL_CACHE_MB")
+    try:
+        mb = float(raw) if raw else DEFAULT_PIXEL_CACHE_MB
+    except ValueError:
+        mb = -1.0
+    if not 0 <= mb < float("inf"):
+        raise ConfigError(
+            f"MAI_GRAPH_PIXEL_CACHE_MB must be a number of MB >= 0, got {raw!r}",
+            parameter="MAI_GRAPH_PIXEL_CACHE_MB",
+            value=raw,
+            fix="set it to e.g. 256 (0: no cache), or unset it",
+        )
+    return int(mb * 1_000_000)
+
+
+def pixel_bytes(value: PILImage.Image | list[PILImage.Image]) -> int:
+    """Bytes of decoded pixels in an image or a list of frames, as Pillow holds them (RGB in
+    4 bytes a pixel).
+    """
+    items = value if isinstance(value, list) else [value]
+    return sum(img.width * img.height * _PIXEL_BYTES.get(img.mode, 4) for img in items)
+
+
+_PIXEL_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+
+
+class PixelCache:
+    """Decoded pixels by key, least recently used dropped first, bounded in entries and bytes.
+
+    The byte bound is :func:`pixel_cache_limit`, read at each insert. Thread-safe.
+
+    One cache holds the images and the sampled video frames of every run in the process, so
+    its bound is the process's whole bound for pixels kept between loads.
+    """
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._items: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of pixels held now."""
+        with self._lock:
+            return self._bytes
+
+    def get(self, key: tuple[str, ...]) -> Any:
+        """The value under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[str, ...], value: Any) -> None:
+        """Keep ``value`` (an image or a list of frames), dropping the oldest over the bound."""
+        limit, size = pixel_cache_limit(), pixel_bytes(value)
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= pixel_bytes(old)
+            if size > limit:
+                return  # larger than the whole bound: not kept
+            self._items[key] = value
+            self._bytes += size
+            while len(self._items) > self.entries or self._bytes > limit:
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= pixel_bytes(dropped)
+
+    def clear(self) -> None:
+        """Drop everything."""
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+PIXELS = PixelCache(entries=64)
+"""The process's pixel cache (images by pixel hash and path; video frames under ``video``)."""
 
 
 def _cache_put(digest: str, path: str, img: PILImage.Image) -> None:
-    with _CACHE_LOCK:
-        _CACHE[digest, path] = img
-        _CACHE.move_to_end((digest, path))
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+    PIXELS.put(("image", digest, path), img)
 
 
 def _cached(ref: ImageRef) -> PILImage.Image | None:
     # Keyed by hash *and* path: a reference naming another file misses and is verified on disk.
-    with _CACHE_LOCK:
-        return _CACHE.get((ref["sha256"], ref["path"]))
+    return cast("PILImage.Image | None", PIXELS.get(("image", ref["sha256"], ref["path"])))
 
 
 def load_image(ref: ImageRef, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> PILImage.Image:

@@ -22,8 +22,6 @@ import hashlib
 import io
 import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import TypedDict
 
 from mai_graph.errors import ConfigError, ImageError, ImageMismatchError
-from mai_graph.images import ImageRef, load_image, read_file, store_bytes
+from mai_graph.images import PIXELS, ImageRef, load_image, read_file, store_bytes
 from mai_graph.sources import (
     DEFAULT_MAX_IMAGES,
     ImagePolicy,
@@ -499,18 +497,9 @@ def _reference(ref: VideoRef, policy: ImagePolicy) -> VideoRef:
 
 # -- loading -----------------------------------------------------------------------------------
 
-_CACHE: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-_CACHE_SIZE = 4
-
 
 def _cache_put(ref: VideoRef, frames: list[Any]) -> None:
-    with _CACHE_LOCK:
-        key = (ref["sha256"], ref["path"])
-        _CACHE[key] = frames
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+    PIXELS.put(("video", ref["sha256"], ref["path"]), frames)
 
 
 def load_video(ref: VideoRef) -> list[PILImage.Image]:
@@ -520,8 +509,7 @@ def load_video(ref: VideoRef) -> list[PILImage.Image]:
         ImageMismatchError: The file is gone, unreadable, or its frames do not match the
             reference (changed since it was referenced, or forged).
     """
-    with _CACHE_LOCK:
-        cached = _CACHE.get((ref["sha256"], ref["path"]))
+    cached = PIXELS.get(("video", ref["sha256"], ref["path"]))
     if cached is not None:
         return cached
     try:

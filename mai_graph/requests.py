@@ -20,10 +20,10 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import ImageError
 from mai_graph.images import ImageRef
 from mai_graph.limits import check_question, fit_image
-from mai_graph.media import VideoRef, check_image_count, check_media, resolve_video
+from mai_graph.media import VideoRef, check_media, resolve_video
 from mai_graph.messages import Message
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
-from mai_graph.sources import ImagePolicy, resolve_image
+from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import Request
 
 __all__ = [
@@ -76,8 +76,9 @@ class Question:
         text = check_question(state.get("question"))
         options = normalize_options(state.get("options"))
         sources = image_sources(state)
-        check_image_count(len(sources), policy)  # before decoding any of them
-        images = tuple(fit_image(resolve_image(raw, policy)) for raw in sources)
+        # The count before any image is read, each image's pixels against what is left of the
+        # total before it is decoded.
+        images = tuple(fit_image(ref) for ref in resolve_images(sources, policy))
         raw_video = state.get("video")
         videos: tuple[VideoRef, ...] = ()
         if raw_video is not None:

@@ -52,9 +52,8 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.lineup import Lineup
-from mai_graph.media import check_image_count
 from mai_graph.result import totals
-from mai_graph.sources import ImagePolicy, resolve_image
+from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import InputState
 from mai_graph.text import without_reprs
 
@@ -298,6 +297,9 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body read (64 MiB: a question with several large base64 images); a larger
 one is refused with 413 before it is read whole (``create_app(max_body_bytes=...)``)."""
 
+MAX_PREPARING = 2
+"""Requests whose bodies are read and images decoded at once, by default (the rest wait)."""
+
 
 CLIENT_SETTINGS: frozenset[str] = frozenset({
     "answer_kind", "policy", "gate", "gate_min_prob", "large_confident_exit", "s2_exit",
@@ -479,6 +481,7 @@ class _Endpoint:
         context: MAIContext,
         allowed_settings: Collection[str] | None,
         max_concurrency: int,
+        max_preparing: int,
         graph_kwargs: Mapping[str, Any],
     ) -> None:
         self.small, self.large = small, large
@@ -491,7 +494,9 @@ class _Endpoint:
         # stream starts) and hands the graph a checked reference: the graph trusts it.
         self.graph = create_mai_graph(small, large, **graph_kwargs).compile(name=model_name)
         self.max_concurrency = max_concurrency
+        self.max_preparing = max_preparing
         self._slots: asyncio.Semaphore | None = None
+        self._admission: asyncio.Semaphore | None = None
         self.created = int(time.time())
         self.names = private_names(Lineup.of(small, large), model_name)
 
@@ -504,6 +509,13 @@ class _Endpoint:
         if self._slots is None:  # made on the server's loop
             self._slots = asyncio.Semaphore(self.max_concurrency)
         return self._slots
+
+    @property
+    def admission(self) -> asyncio.Semaphore:
+        """Held while a request's body is read and its images decoded (``max_preparing``)."""
+        if self._admission is None:
+            self._admission = asyncio.Semaphore(self.max_preparing)
+        return self._admission
 
     def authorize(self, header: str | None) -> None:
         if not self.keys:
@@ -554,9 +566,9 @@ class _Endpoint:
                 parameter="messages",
                 fix="add a text part with the question",
             )
-        check_image_count(len(sources), self.policy)  # before any is decoded
-        # Blocking: decoding, hashing, the image store.
-        images = [await asyncio.to_thread(resolve_image, s, self.policy) for s in sources]
+        # Blocking: decoding, hashing, the image store. The count is checked before any image
+        # is read and each image's pixels against the total before it is decoded.
+        images = await asyncio.to_thread(resolve_images, sources, self.policy)
         return _Run(question, images, options, ctx)
 
     def inputs(self, run: _Run) -> InputState:
@@ -668,6 +680,7 @@ def create_app(
     context: MAIContext | Mapping[str, Any] | None = None,
     allowed_settings: Collection[str] | Literal["all"] | None = CLIENT_SETTINGS,
     max_concurrency: int = 64,
+    max_preparing: int = MAX_PREPARING,
     max_body_bytes: int = MAX_BODY_BYTES,
     manage_backends: bool = False,
     **graph_kwargs: Any,
@@ -685,6 +698,9 @@ def create_app(
         allowed_settings: The MAI settings requests may change (default
             :data:`CLIENT_SETTINGS`; ``"all"`` or None: every field, for trusted callers).
         max_concurrency: Runs in flight at once; more requests wait for a slot.
+        max_preparing: Requests whose body and images are read and decoded at once; more
+            wait, unread. With the body cap and the image policy's pixel limits this bounds
+            the endpoint's memory (docs/reliability.md).
         max_body_bytes: Largest request body read; a larger one is a 413.
         manage_backends: Start the backends' engines when the app starts (one after the
             other) and shut them down when it stops.
@@ -714,18 +730,11 @@ def create_app(
     keys = [k for k in (api_keys or ()) if k]
     if any(not isinstance(k, str) for k in keys):
         raise ConfigError("api_keys must be strings", parameter="api_keys")
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-        raise ConfigError(
-            f"max_concurrency must be an int >= 1, got {max_concurrency!r}",
-            parameter="max_concurrency",
-            value=max_concurrency,
-        )
-    if max_concurrency < 1:
-        raise ConfigError(
-            f"max_concurrency must be >= 1, got {max_concurrency}",
-            parameter="max_concurrency",
-            value=max_concurrency,
-        )
+    for name, value in (("max_concurrency", max_concurrency), ("max_preparing", max_preparing)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"{name} must be an int >= 1, got {value!r}", parameter=name, value=value
+            )
     allowed: Collection[str] | None = None  # None: every field
     if isinstance(allowed_settings, str) and allowed_settings != "all":
         raise ConfigError(
@@ -754,6 +763,7 @@ def create_app(
         context=MAIContext.coerce(context),
         allowed_settings=allowed,
         max_concurrency=max_concurrency,
+        max_preparing=max_preparing,
         graph_kwargs=graph_kwargs,
     )
 
@@ -786,12 +796,15 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         try:
             endpoint.authorize(request.headers.get("authorization"))
-            body = await _body(request, max_body_bytes)
-            run = await endpoint.prepare(body)
+            async with endpoint.admission:  # bodies and images read and decoded at once
+                body = await _body(request, max_body_bytes)
+                run = await endpoint.prepare(body)
         except Exception as exc:
             return error_response(endpoint.error(exc))
-        if body.stream:
-            include = bool(body.stream_options and body.stream_options.include_usage)
+        stream = body.stream
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        del body  # its inline images are decoded and stored: not kept for the run
+        if stream:
             return _EventStream(
                 endpoint.stream(run, include),
                 media_type="text/event-stream",
@@ -940,6 +953,35 @@ SHUTDOWN_TIMEOUT_S = 10.0
 them; the engines then abort their requests and shut down."""
 
 
+def memory_bound(
+    *,
+    max_preparing: int = MAX_PREPARING,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    policy: ImagePolicy | None = None,
+) -> int:
+    """Most bytes the endpoint's request handling holds beyond its resting process.
+
+    Requests being prepared (at most ``max_preparing``) each hold their body, its parsed
+    JSON, one encoded image and its decoding (Pillow's image in its own mode and the RGB copy,
+    4 bytes a pixel each, up to ``policy.max_pixels``); each image's pixels are checked
+    against the question's total before it is decoded, and the body against its cap before it
+    is read whole. Decoded pixels kept between loads are the pixel cache's
+    (``$MAI_GRAPH_PIXEL_CACHE_MB``). Requests waiting for admission hold nothing: their
+    bodies stay unread. Not counted: the engines' own memory, and on in-process engines the
+    pixels of the images that running model calls send (docs/reliability.md).
+
+    >>> round(memory_bound() / 1e6)
+    1204
+    """
+    from mai_graph.images import pixel_cache_limit
+    from mai_graph.sources import DEFAULT_MAX_BYTES
+
+    policy = ImagePolicy.from_env() if policy is None else policy
+    encoded = policy.max_bytes or DEFAULT_MAX_BYTES
+    per_request = 2 * max_body_bytes + encoded + 8 * policy.max_pixels
+    return pixel_cache_limit() + max_preparing * per_request
+
+
 def _check_shutdown_timeout(value: Any) -> None:
     if isinstance(value, bool) or not (
         isinstance(value, int | float) and math.isfinite(value) and value >= 0
@@ -1057,12 +1099,15 @@ def run_server(args: Any, context: MAIContext, backends: tuple[Any, Any]) -> int
         context=context,
         allowed_settings=_allowed_from_flags(args.allow_setting),
         max_concurrency=args.max_concurrency,
+        max_preparing=args.max_preparing,
         manage_backends=True,
     )
     auth = f"{len(keys)} API key(s)" if keys else "no API key (loopback only)"
+    bound = memory_bound(max_preparing=args.max_preparing) / 1e6
     print(
         f"mai-graph: serving {args.model_name!r} at http://{args.host}:{args.port}/v1 "
-        f"({_names(small)} + {_names(large)}; {auth})",
+        f"({_names(small)} + {_names(large)}; {auth}; requests hold at most {bound:,.0f} MB "
+        "beyond the engines)",
         file=sys.stderr,
         flush=True,
     )

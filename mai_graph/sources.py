@@ -26,7 +26,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,14 @@ from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from mai_graph.errors import ConfigError, ImageAccessError, ImageError, ImageMismatchError
-from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, check_ref, make_ref, read_file
+from mai_graph.images import (
+    DEFAULT_MAX_PIXELS,
+    ImageRef,
+    PixelBudget,
+    check_ref,
+    make_ref,
+    read_file,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -45,6 +52,7 @@ __all__ = [
     "is_public_address",
     "readable_path",
     "resolve_image",
+    "resolve_images",
 ]
 
 DEFAULT_MAX_BYTES = 20_000_000
@@ -174,7 +182,28 @@ class ImagePolicy:
         return ", ".join(kinds[:-1]) + (", or " if len(kinds) > 1 else "") + kinds[-1]
 
 
-def resolve_image(source: Any, policy: ImagePolicy | None = None) -> ImageRef:
+def resolve_images(sources: Sequence[Any], policy: ImagePolicy | None = None) -> list[ImageRef]:
+    """Resolve one question's images in order, holding them to the policy's total (blocking).
+
+    The count is checked before any image is read, and each image's pixel count (from its
+    header) against what the images before it left of ``policy.max_total_pixels`` before it
+    is decoded: a request over the total is refused having decoded no more than the total.
+
+    Raises:
+        ImageError: Too many images, or more pixels together than ``max_total_pixels``;
+            and everything :func:`resolve_image` raises.
+    """
+    from mai_graph.media import check_image_count
+
+    policy = ImagePolicy.trusted() if policy is None else policy
+    check_image_count(len(sources), policy)
+    budget = PixelBudget(policy.max_total_pixels, len(sources))
+    return [resolve_image(source, policy, budget=budget) for source in sources]
+
+
+def resolve_image(
+    source: Any, policy: ImagePolicy | None = None, *, budget: PixelBudget | None = None
+) -> ImageRef:
     """Validate an image source under a policy and return its reference (blocking).
 
     Args:
@@ -183,6 +212,8 @@ def resolve_image(source: Any, policy: ImagePolicy | None = None) -> ImageRef:
             an :class:`~mai_graph.images.ImageRef` (trusted: returned as is and verified when
             loaded; untrusted: treated as a path and its pixel hash checked now).
         policy: The policy; ``None`` is :meth:`ImagePolicy.trusted`.
+        budget: The pixels the question's images may still hold (:func:`resolve_images`);
+            checked against the image's header before it is decoded.
 
     Raises:
         ImageAccessError: The policy refuses the source (one message for every refused path).
@@ -193,16 +224,18 @@ def resolve_image(source: Any, policy: ImagePolicy | None = None) -> ImageRef:
 
     policy = ImagePolicy.trusted() if policy is None else policy
     if isinstance(source, Image.Image):
-        return make_ref(source, "<PIL image>", max_pixels=policy.max_pixels)
+        return make_ref(source, "<PIL image>", max_pixels=policy.max_pixels, budget=budget)
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
         if not data:
             raise ImageError(
                 "image bytes are empty", parameter="image", value=b"", fix="pass encoded bytes"
             )
-        return make_ref(_capped(data, "<bytes>", policy), "<bytes>", max_pixels=policy.max_pixels)
+        return make_ref(
+            _capped(data, "<bytes>", policy), "<bytes>", max_pixels=policy.max_pixels, budget=budget
+        )
     if isinstance(source, Mapping) and {"path", "sha256"} <= source.keys():
-        return _reference(check_ref(source), policy)
+        return _reference(check_ref(source), policy, budget)
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str):
@@ -214,7 +247,7 @@ def resolve_image(source: Any, policy: ImagePolicy | None = None) -> ImageRef:
         )
     if match := _DATA_URL.match(source):
         data = _decode_base64(source[match.end() :], "<data URL>", policy)
-        return make_ref(data, "<data URL>", max_pixels=policy.max_pixels)
+        return make_ref(data, "<data URL>", max_pixels=policy.max_pixels, budget=budget)
     scheme = source[: source.find(":")].lower() if ":" in source else ""
     if scheme in ("http", "https"):
         if not policy.allow_urls:
@@ -225,14 +258,14 @@ def resolve_image(source: Any, policy: ImagePolicy | None = None) -> ImageRef:
                 fix=f"download the image and give {policy.allowed()}",
             )
         data = fetch_image(source, policy)
-        return make_ref(data, _shown(source), max_pixels=policy.max_pixels)
+        return make_ref(data, _shown(source), max_pixels=policy.max_pixels, budget=budget)
     if scheme == "file":
         path = _file_url_path(source, policy)
-        return _from_path(path, source, policy)
+        return _from_path(path, source, policy, budget)
     if _looks_base64(source):
         data = _decode_base64(source, "<base64>", policy)
-        return make_ref(data, "<base64>", max_pixels=policy.max_pixels)
-    return _from_path(source, source, policy)
+        return make_ref(data, "<base64>", max_pixels=policy.max_pixels, budget=budget)
+    return _from_path(source, source, policy, budget)
 
 
 # -- inline images -----------------------------------------------------------------------------
@@ -332,15 +365,19 @@ def _confined(path: str, given: str, policy: ImagePolicy) -> Path:
     raise _refused(given, policy)
 
 
-def _from_path(path: str, given: str, policy: ImagePolicy) -> ImageRef:
+def _from_path(
+    path: str, given: str, policy: ImagePolicy, budget: PixelBudget | None = None
+) -> ImageRef:
     if policy.allow_paths:
         file = Path(path).expanduser()
         data = read_file(file, max_bytes=policy.max_bytes)
-        return make_ref(data, str(file), max_pixels=policy.max_pixels, file=file.resolve())
+        return make_ref(
+            data, str(file), max_pixels=policy.max_pixels, file=file.resolve(), budget=budget
+        )
     real = _confined(path, given, policy)
     # Inside a root every error may say what it is: those files are the caller's to read.
     data = read_file(real, max_bytes=policy.max_bytes, nofollow=True)
-    return make_ref(data, path, max_pixels=policy.max_pixels, file=real)
+    return make_ref(data, path, max_pixels=policy.max_pixels, file=real, budget=budget)
 
 
 def readable_path(source: str, policy: ImagePolicy) -> tuple[Path, bool]:
@@ -372,12 +409,14 @@ def decode_base64(text: str, label: str, policy: ImagePolicy) -> bytes:
     return _decode_base64(text, label, policy)
 
 
-def _reference(ref: ImageRef, policy: ImagePolicy) -> ImageRef:
+def _reference(ref: ImageRef, policy: ImagePolicy, budget: PixelBudget | None = None) -> ImageRef:
     if policy.allow_paths:
+        if budget is not None:
+            budget.take(ref["width"], ref["height"], "<image reference>")
         return ref  # checked against its hash when loaded (load_image)
     real = _confined(ref["path"], ref["path"], policy)
     data = read_file(real, max_bytes=policy.max_bytes, nofollow=True)
-    fresh = make_ref(data, ref["path"], max_pixels=policy.max_pixels, file=real)
+    fresh = make_ref(data, ref["path"], max_pixels=policy.max_pixels, file=real, budget=budget)
     if fresh["sha256"] != ref["sha256"]:
         raise ImageMismatchError(
             f"image reference {ref['sha256'][:12]}... does not match the pixels of "

@@ -134,7 +134,7 @@ def test_changed_file_is_detected(png):
     from mai_graph import images
 
     ref = image_ref(png)
-    images._CACHE.clear()
+    images.PIXELS.clear()
     Image.new("RGB", (64, 48), (0, 0, 255)).save(png)
     with pytest.raises(ImageError, match="changed"):
         load_image(ref)
@@ -163,7 +163,7 @@ def test_reference_is_verified_after_a_restart(png):
     from mai_graph import images
 
     ref = image_ref(png)
-    images._CACHE.clear()  # as in a new process resuming from a checkpoint
+    images.PIXELS.clear()  # as in a new process resuming from a checkpoint
     assert load_image(ref).size == (64, 48)
 
 
@@ -177,7 +177,7 @@ async def test_aload_image_reads_in_a_thread(png):
     from mai_graph.images import aload_image
 
     ref = image_ref(png)
-    images._CACHE.clear()
+    images.PIXELS.clear()
     assert (await aload_image(ref)).size == (64, 48)
     assert (await aload_image(ref)) is load_image(ref)  # cached now
 

@@ -143,7 +143,9 @@ def test_image_count_is_checked_before_any_image_is_decoded(tmp_path):
 
 def test_total_pixels_of_images_and_frames_are_limited(pictures, clip):
     graph = create_mai_graph(*pair(), image_policy=ImagePolicy.trusted(max_total_pixels=10_000))
-    with pytest.raises(ImageError, match="pixels together, over the limit of 10,000"):
+    with pytest.raises(
+        ImageError, match=r"pixels together \(image 3 of 3, .*\), over the limit of 10,000"
+    ):
         graph.compile().invoke({"question": "q?", "images": pictures})
     ctx = MAIContext(max_frames=4)
     q = Question.from_input({"question": "q?", "video": str(clip)}, ctx)
@@ -230,11 +232,11 @@ def test_bad_videos_fail_with_a_fix(source, message):
 
 def test_video_references_are_verified(clip, tmp_path):
     video = resolve_video(str(clip), max_frames=4)
-    from mai_graph import media
+    from mai_graph.images import PIXELS
 
-    media._CACHE.clear()
+    PIXELS.clear()
     assert len(load_video(video)) == 4  # decoded again, same frames
-    media._CACHE.clear()
+    PIXELS.clear()
     write_mp4(clip, frames=80)  # changed on disk
     with pytest.raises(ImageMismatchError):
         load_video(video)
@@ -264,10 +266,9 @@ def test_untrusted_callers_send_videos_inline_or_under_the_roots(clip, tmp_path)
 async def test_images_and_video_are_decoded_off_the_event_loop(pictures, clip, monkeypatch):
     from blockbuster import blockbuster_ctx
 
-    from mai_graph import images, media
+    from mai_graph import images
 
-    images._CACHE.clear()
-    media._CACHE.clear()
+    images.PIXELS.clear()
     graph = create_mai_graph(*pair()).compile()
     await graph.ainvoke({"question": "warm up?"})
     data = "data:video/mp4;base64," + base64.b64encode(clip.read_bytes()).decode()

@@ -80,7 +80,7 @@ async def test_graph_runs_with_images_never_block_the_event_loop(root, tmp_path,
     from mai_graph import images
 
     monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "new-store"))
-    images._CACHE.clear()
+    images.PIXELS.clear()
     data = png_bytes((7, 8, 9))
     trusted = create_mai_graph(*demo_backends()).compile()
     untrusted = create_mai_graph(

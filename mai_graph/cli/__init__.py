@@ -272,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrency", type=int, default=64, help="runs in flight at once (others wait)"
     )
     serve.add_argument(
+        "--max-preparing",
+        type=int,
+        default=2,
+        metavar="N",
+        help="requests whose bodies are read and images decoded at once (others wait unread; "
+        "bounds memory, docs/reliability.md)",
+    )
+    serve.add_argument(
         "--api-key-file",
         metavar="FILE",
         help="file holding the accepted API keys, one a line (instead of "
