@@ -558,9 +558,7 @@ def pixel_cache_limit() -> int:
 
 
 def pixel_bytes(value: PILImage.Image | list[PILImage.Image]) -> int:
-    """Bytes of decoded pixels in an image or a list of frames, as Pillow holds them (RGB in
-    4 bytes a pixel).
-    """
+    """Bytes of decoded pixels in an image or a list of frames (Pillow: RGB in 4 a pixel)."""
     items = value if isinstance(value, list) else [value]
     return sum(img.width * img.height * _PIXEL_BYTES.get(img.mode, 4) for img in items)
 
