@@ -16,6 +16,8 @@ from tests.servers import free_port, serving
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
+LATENCY_S = 0.4
+"""Seconds each call of the served fake pair takes (a transfer run: about five of them)."""
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def url(tmp_path_factory):
         pytest.skip("langgraph-cli is installed with the studio extra")
     port = free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true",
-           "MAI_GRAPH_BACKEND": "fake"}  # fmt: skip
+           "MAI_GRAPH_BACKEND": "fake", "MAI_GRAPH_FAKE_LATENCY_S": str(LATENCY_S)}  # fmt: skip
     cmd = [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     assert "--allow-blocking" not in cmd
@@ -128,3 +130,55 @@ async def test_chat_graph_streams_its_reply_in_messages_mode(client):
     text = "".join(m["content"] for m in chunks if m["type"] == "AIMessageChunk")
     assert text.strip() in ("yes", "no")
     assert all(m.get("name") == "mai" for m in chunks if m["type"] == "AIMessageChunk")
+
+
+def _transfer_question() -> str:
+    """A question the demo pair answers on the transfer route (five calls in a row)."""
+    from mai_graph import run
+    from mai_graph.backends.fake import demo_backends
+
+    for i in range(50):
+        question = f"Is the square red? ({i})"
+        if run(question, small=demo_backends(latency=0)[0],
+               large=demo_backends(latency=0)[1]).route == "transfer":  # fmt: skip
+            return question
+    raise AssertionError("no transfer question found")
+
+
+async def _settled(client, tid, timeout=30.0):
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        (latest, *_) = await client.runs.list(tid)
+        if latest["status"] not in ("pending", "running"):
+            return latest["status"], time.monotonic()
+        assert time.monotonic() < deadline, "the run never settled"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("on_disconnect", ["cancel", "continue"])
+async def test_a_stream_its_client_left_is_cancelled_when_asked(client, on_disconnect):
+    """langgraph-api keeps a run whose streaming client left (``on_disconnect="continue"``,
+    its default, so a client can rejoin); ``on_disconnect="cancel"`` ends it at once, and the
+    graph's model calls are cancelled with it (docs/studio.md)."""
+    import time
+
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    stream = client.runs.stream(
+        tid, "mai", input={"question": _transfer_question()}, stream_mode="updates",
+        on_disconnect=on_disconnect,
+    )  # fmt: skip
+    async for part in stream:
+        if part.event == "updates":
+            break  # the first node's update: the client leaves mid-run
+    await stream.aclose()
+    left = time.monotonic()
+    status, settled = await _settled(client, tid)
+    if on_disconnect == "cancel":
+        assert status == "interrupted", status
+        assert settled - left < 3 * LATENCY_S + 1.0, "the run went on after its client left"
+    else:
+        assert status == "success"

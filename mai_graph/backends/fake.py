@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import inspect
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -272,12 +273,29 @@ def _pick(seed: str, choices: Sequence[str]) -> str:
     return choices[int(hashlib.sha256(seed.encode()).hexdigest(), 16) % len(choices)]
 
 
-def demo_backends(*, latency: float = 0.0) -> tuple[FunctionBackend, FunctionBackend]:
+def demo_backends(*, latency: float | None = None) -> tuple[FunctionBackend, FunctionBackend]:
     """A deterministic small/large pair for offline demos (Studio, ``--backend fake``).
 
     Answers depend on a hash of the question, so some questions end at verification and
     others go through reasoning and transfer. The text is canned, not a model's.
+
+    Args:
+        latency: Seconds each call takes; default ``$MAI_GRAPH_FAKE_LATENCY_S`` or 0 (a served
+            fake pair that takes time, to try cancellation and load through a server).
     """
+    if latency is None:
+        raw = os.environ.get("MAI_GRAPH_FAKE_LATENCY_S", "").strip()
+        try:
+            latency = float(raw) if raw else 0.0
+        except ValueError:
+            latency = -1.0
+        if not 0 <= latency <= 3600:
+            raise ConfigError(
+                f"MAI_GRAPH_FAKE_LATENCY_S must be seconds from 0 to 3600, got {raw!r}",
+                parameter="MAI_GRAPH_FAKE_LATENCY_S",
+                value=raw,
+                fix="set it to e.g. 0.5, or unset it",
+            )
 
     def answer(role: str) -> Callable[[GenerationRequest], str]:
         def fn(request: GenerationRequest) -> str:
