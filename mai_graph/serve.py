@@ -38,13 +38,14 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
 
 from mai_graph.answers import normalize_options
 from mai_graph.backends.base import VLMBackend
@@ -120,7 +121,7 @@ class ChatMessage(_Loose):
 class StreamOptions(_Loose):
     """``stream_options``: ``include_usage`` adds a last chunk with the run's usage."""
 
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class ChatCompletionRequest(_Loose):
@@ -128,7 +129,7 @@ class ChatCompletionRequest(_Loose):
 
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = None
     seed: int | None = None
@@ -140,7 +141,7 @@ class ChatCompletionRequest(_Loose):
     tool_choice: Any = None
     functions: list[Any] | None = None
     response_format: dict[str, Any] | None = None
-    logprobs: bool | None = None
+    logprobs: StrictBool | None = None
     mai: dict[str, Any] | None = None
     """MAI settings (``MAIContext`` fields) and ``options`` (multiple choice)."""
 
@@ -201,7 +202,8 @@ def as_endpoint_error(exc: BaseException, names: Mapping[str, str] | None = None
         return exc
     text = without_reprs(str(exc))
     for private, public in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
-        text = text.replace(private, public)
+        # whole names only: "/srv/models/8b" in a message, not "large" in "too large"
+        text = re.sub(rf"(?<![\w./-]){re.escape(private)}(?![\w./-])", public, text)
     if isinstance(exc, ImageError):
         return EndpointError(text, parameter="messages", code="invalid_image")
     if isinstance(exc, ConfigError):
@@ -383,7 +385,9 @@ def private_names(lineup: Lineup, served: str) -> dict[str, str]:
     for i, backend in enumerate(lineup.chain):
         names.setdefault(str(backend.name), f"{served}/large" if i == 0
                          else f"{served}/stage-{i + 1}/large")  # fmt: skip
-    return {k: v for k, v in names.items() if k}
+    # Names that are paths or hub ids are the server's to keep; plain names ("small") are not
+    # private, and replacing them would rewrite words of the messages.
+    return {k: v for k, v in names.items() if "/" in k or "\\" in k}
 
 
 def served_metrics(metrics: Sequence[Mapping[str, Any]], served: str) -> list[dict[str, Any]]:
@@ -562,7 +566,7 @@ class _Endpoint:
         question, sources = _question(body)
         if not question:
             raise EndpointError(
-                "the user message has no question text",
+                "the user message has no question text (the question must be a non-empty string)",
                 parameter="messages",
                 fix="add a text part with the question",
             )

@@ -411,7 +411,10 @@ def tiny_backends(
             f"tiny backends are vllm or transformers, got {kind!r}", parameter="kind", value=kind
         )
     small_dir, large_dir = build_tiny_pair(root)
-    small, large = backends_for(kind, str(small_dir), str(large_dir))
+    # The transformers pair holds the context of vLLM's default engine (4096), so both kinds
+    # refuse the same prompts.
+    engine = {"max_model_len": 4096} if kind == "transformers" else None
+    small, large = backends_for(kind, str(small_dir), str(large_dir), engines=(engine, engine))
     small.name, large.name = "tiny-small", "tiny-large"
     return small, large
 

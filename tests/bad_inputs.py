@@ -39,7 +39,7 @@ class Case:
     """A piece of the fix the message must carry."""
     check: Callable[[dict[str, Any]], None] | None = None
     """For converted inputs: assertions on the image reference the backends got."""
-    on: tuple[str, ...] = ("fake", "vllm")
+    on: tuple[str, ...] = ("fake", "vllm", "transformers")
     """Backends on which the case gives this outcome."""
     reaches_backend: bool = False
     """The error comes from a backend's own check (the engine still never sees the request)."""
@@ -129,7 +129,7 @@ CASES = (
          ConfigError, "over the limit", "shorten the question"),
     Case("question longer than the context", lambda d: {"question": "apples " * 6000},
          ConfigError, "does not fit the model's context of max_model_len", "larger max_model_len",
-         on=("vllm",), reaches_backend=True),
+         on=("vllm", "transformers"), reaches_backend=True),
     Case("options as a string", lambda d: {"options": "red, blue"}, ConfigError,
          "options must be a list", "pass a list of option texts"),
     Case("one option", lambda d: {"options": ["red"]}, ConfigError, "need 2 to 26 options",
@@ -162,6 +162,32 @@ CASES = (
          "non-empty string", "question text"),
     Case("an emoji in the question (valid: not a lone surrogate)",
          lambda d: {"question": "Is it \U0001F600 red?"}),
+    Case("a folder as image", lambda d: {"image": str(d)}, ImageError, "not a file",
+         "not a directory"),
+    Case("GIF image", lambda d: _save(d, "pic.gif", _noise((48, 40), "P")), check=_size(48, 40)),
+    Case("WebP image", lambda d: _save(d, "pic.webp", _noise((48, 40))), check=_size(48, 40)),
+    Case("BMP image", lambda d: _save(d, "pic.bmp", _noise((48, 40))), check=_size(48, 40)),
+    Case("TIFF image", lambda d: _save(d, "pic.tiff", _noise((48, 40))), check=_size(48, 40)),
+    Case("grey image", lambda d: _save(d, "grey.png", _noise((48, 40), "L")),
+         check=_size(48, 40)),
+    Case("grey image with alpha", lambda d: _save(d, "la.png", _noise((48, 40), "LA")),
+         check=_size(48, 40)),
+    Case("1-bit image", lambda d: _save(d, "bits.png", _noise((48, 40), "1")),
+         check=_size(48, 40)),
+    Case("text bytes as image", lambda d: {"image": b"hello, world"}, ImageError,
+         "cannot decode", "valid PNG"),
+    Case("a number as image", lambda d: {"image": 3.5}, ImageError,
+         "unsupported image source of type float", "give"),
+    Case("a malformed image reference", lambda d: {"image": {"path": "x.png", "sha256": "zz"}},
+         ImageError, "malformed image reference", "image_ref"),
+    Case("a question of Unicode spaces", lambda d: {"question": "\u3000\u2003\u00a0"},
+         ConfigError, "non-empty string", "question text"),
+    Case("options naming each other's letters", lambda d: {"options": ["B", "A"]}, ConfigError,
+         "could mean either", "as words"),
+    Case("options the same up to punctuation", lambda d: {"options": ["red", "Red."]},
+         ConfigError, "options A and B are the same text", "different text"),
+    Case("options as an iterator", lambda d: {"options": iter(["red", "blue"])}, ConfigError,
+         "got list_iterator. Fix", "pass a list of option texts"),
 )  # fmt: skip
 
 

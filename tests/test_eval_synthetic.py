@@ -49,7 +49,7 @@ def test_the_tallest_bar_is_drawn_tallest(tmp_path):
 
 
 def test_bad_arguments():
-    with pytest.raises(ConfigError, match="n must be a positive integer"):
+    with pytest.raises(ConfigError, match="n must be an integer from 1 to"):
         make_synthetic("unused", n=0)
     with pytest.raises(ConfigError, match="unknown templates"):
         make_synthetic("unused", templates=("pies",))

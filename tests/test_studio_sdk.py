@@ -5,6 +5,7 @@ again, a good resume; the context form's schema; typos through the server; the c
 streaming its tokens in `messages` mode; a reused thread asked a different kind of question.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -132,17 +133,21 @@ async def test_chat_graph_streams_its_reply_in_messages_mode(client):
     assert all(m.get("name") == "mai" for m in chunks if m["type"] == "AIMessageChunk")
 
 
-def _transfer_question() -> str:
-    """A question the demo pair answers on the transfer route (five calls in a row)."""
+def _question_on(route: str, options=None) -> str:
+    """A question the demo pair answers on ``route`` (transfer: five calls in a row)."""
     from mai_graph import run
     from mai_graph.backends.fake import demo_backends
 
     for i in range(50):
         question = f"Is the square red? ({i})"
-        if run(question, small=demo_backends(latency=0)[0],
-               large=demo_backends(latency=0)[1]).route == "transfer":  # fmt: skip
+        small, large = demo_backends(latency=0)
+        if run(question, options=options, small=small, large=large).route == route:
             return question
-    raise AssertionError("no transfer question found")
+    raise AssertionError(f"no question on the {route} route")
+
+
+def _transfer_question() -> str:
+    return _question_on("transfer")
 
 
 async def _settled(client, tid, timeout=30.0):
@@ -182,3 +187,47 @@ async def test_a_stream_its_client_left_is_cancelled_when_asked(client, on_disco
         assert settled - left < 3 * LATENCY_S + 1.0, "the run went on after its client left"
     else:
         assert status == "success"
+
+
+async def test_the_shared_bad_input_table_through_the_server(client, tmp_path):
+    """The refusals of tests/bad_inputs.py as a Studio client meets them, all at once: each
+    run fails with the typed error's message (problem and fix) and no traceback, and the
+    server then answers a good question."""
+    import asyncio
+    import re
+
+    from PIL import Image
+
+    from tests.bad_inputs import CASES, inputs
+    from tests.test_hostile_doors import _inline, data_url_of
+
+    good = tmp_path / "good.png"
+    Image.new("RGB", (96, 64), (200, 30, 30)).save(good)
+    cases = [c for c in CASES if c.error is not None and "fake" in c.on]
+
+    async def one(case):
+        args = _inline(case, tmp_path / case.id, good)
+        if args is None:
+            args = inputs(case, tmp_path / case.id, good)
+            if not isinstance(args["question"], str):
+                return None  # not expressible as JSON input
+            try:
+                json.dumps(args)
+            except TypeError:  # bytes, sets, iterators: Python objects
+                return None
+        try:
+            out = await client.runs.wait(None, "mai", input=args, raise_error=True)
+        except Exception as exc:  # the run's error, as the SDK raises it
+            text = str(exc)
+            ok = re.search(case.match, text) or "not allowed" in text  # server paths: refused
+            return None if ok and "Traceback" not in text else f"{case.id}: {text[-300:]}"
+        return f"{case.id}: answered {out}"
+
+    problems = [p for p in await asyncio.gather(*(one(c) for c in cases)) if p]
+    assert not problems, "\n".join(problems)
+    question = _question_on("agree", ["red", "blue"])  # one call per model
+    after = await client.runs.wait(
+        None, "mai", input={"question": question, "image": data_url_of(good),
+                            "options": ["red", "blue"]}, raise_error=True,
+    )  # fmt: skip
+    assert after["route"] == "agree"

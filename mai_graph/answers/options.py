@@ -83,6 +83,10 @@ def option_text(value: object, where: str) -> str:
     return text
 
 
+_EDGE = " \t\n.,;:!?\"'()[]"
+"""Characters around an option's text that an answer's matching ignores (``Red.`` is ``red``)."""
+
+
 def normalize_options(options: object) -> dict[str, str] | None:
     """Validate options once and return them as ``{letter: text}``, or None for no options.
 
@@ -98,7 +102,9 @@ def normalize_options(options: object) -> dict[str, str] | None:
 
     Raises:
         ConfigError: For a bare string, a set, bad or duplicate letters, ``None`` / NaN /
-            empty option texts, and fewer than 2 or more than 26 options.
+            empty option texts, two texts an answer could not tell apart (the same up to
+            case, spaces and the punctuation around them), a text that is another option's
+            letter, and fewer than 2 or more than 26 options.
 
     >>> normalize_options(["cat", "dog"])
     {'A': 'cat', 'B': 'dog'}
@@ -163,9 +169,10 @@ def _normalize(options: object) -> dict[str, str] | None:
             for i, value in enumerate(options)
         }
     else:
+        shown = f" {options!r:.80}" if isinstance(options, str | bytes | int | float) else ""
         raise ConfigError(
             f"options must be a list of texts or a mapping of letter to text, "
-            f"got {type(options).__name__} {options!r:.80}",
+            f"got {type(options).__name__}{shown}",
             parameter="options",
             value=options,
             fix=_FIX,
@@ -180,7 +187,17 @@ def _normalize(options: object) -> dict[str, str] | None:
     seen: dict[str, str] = {}
     for letter, text in out.items():
         check_text(text, f"option {letter}", MAX_OPTION_CHARS)
-        key = " ".join(text.casefold().split())
+        named = text.strip(_EDGE).upper()
+        if len(named) == 1 and named in out and named != letter:
+            raise ConfigError(
+                f"option {letter}'s text is {text!r}, the letter of option {named}: an answer "
+                f"{named!r} could mean either",
+                parameter="options",
+                value=options,
+                fix='write such options as words ("the letter B"), or letter the options so '
+                "that no text is another option's letter",
+            )
+        key = " ".join(text.casefold().strip(_EDGE).split())
         if key in seen:
             raise ConfigError(
                 f"options {seen[key]} and {letter} are the same text {text!r:.60}: an answer "

@@ -1,4 +1,5 @@
-"""Every bad input of tests/bad_inputs.py on the tiny vLLM pair (the fakes run it too).
+"""Every bad input of tests/bad_inputs.py on the tiny vLLM and transformers pairs (the fakes,
+the endpoint, the chat model, the CLI and `langgraph dev` run it too).
 
 The session's engines serve every case; after each one a good run must answer normally.
 """
@@ -11,9 +12,9 @@ from tests.bad_inputs import CASES, run_case
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("engines", ["vllm"], indirect=True)
+@pytest.mark.parametrize("engines", ["vllm", "transformers"], indirect=True)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-async def test_bad_input_on_vllm(engines, case, scene, tmp_path):
+async def test_bad_input_on_engines(engines, case, scene, tmp_path):
     kind, small, large = engines
     agree = {"short": ["A"]}
     await run_case(case, kind, SteeredBackend(small, agree), SteeredBackend(large, agree),
