@@ -112,3 +112,36 @@ def test_node_reference_lists_every_sparsify_strategy_and_route():
         assert match, f"nodes.md lost its {name} list"
         listed = re.findall(r"^- `([a-z_0-9]+)`", match.group(1), re.MULTILINE)
         assert listed == list(get_args(literal)), f"nodes.md {name}: {listed}"
+
+
+def test_every_figure_in_the_docs_says_where_it_comes_from(capsys):
+    """scripts/check_figures.py (also a step of .ci/run): no number in README.md or docs/
+    without a command that prints it or a label (modelled, a source, an expectation)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "check_figures", DOCS.parent / "scripts" / "check_figures.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    status = module.main([])
+    assert status == 0, capsys.readouterr().out
+
+
+def test_the_figure_check_catches_an_unlabelled_number(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "check_figures", DOCS.parent / "scripts" / "check_figures.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# A page\n\nMAI is 3.2x faster and 12% more accurate.\n\n"
+        "Measured by `python benchmarks/engines.py`: 2.9x.\n\n"
+        "## Section\n\n*Figures in this section: printed by `mai-graph eval` here.*\n\n"
+        "It took 40 ms.\n\n## Next\n\nThe answer is `0.5` in code, and 7 ms here.\n"
+    )
+    problems = module.check(page)
+    assert [p.split(": ", 1)[1].split("  <-")[0] for p in problems] == ["3.2x, 12%", "7 ms"]
