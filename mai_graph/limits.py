@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_ASPECT_RATIO",
     "MAX_QUESTION_CHARS",
     "MIN_IMAGE_SIDE",
+    "check_budgets",
     "check_prompt_length",
     "check_question",
     "fit_image",
@@ -148,3 +150,54 @@ def check_prompt_length(
         value=prompt_tokens,
         fix=fix + "start the engine with a larger max_model_len",
     )
+
+
+def context_length(backend: object) -> int | None:
+    """A backend's context length (``max_model_len``) when it declares one, else None."""
+    value = getattr(backend, "max_model_len", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_budgets(
+    reasoners: Sequence[object], readers: Sequence[object], *, cot: int, s2: int, transfer: int,
+    answer: int,
+) -> None:  # fmt: skip
+    """Refuse token budgets no prompt could fit, before the run's first model call.
+
+    A model that reasons must hold its reasoning budget and the S2 turn after it
+    (``cot + s2``); a model that reads a transfer must hold the transferred tokens and its
+    answer (``transfer + answer``), whatever the prompt. The prompt itself is checked per call
+    (:func:`check_prompt_length`); this check stops a budget that cannot fit from reasoning
+    for seconds before the S2 turn is refused.
+
+    >>> class Engine:
+    ...     name, max_model_len = "small", 4096
+    >>> check_budgets([Engine()], [], cot=512, s2=16, transfer=0, answer=16)
+
+    Raises:
+        ConfigError: Naming the budget, the model and its context.
+    """
+    for backend in reasoners:
+        limit = context_length(backend)
+        if limit is not None and cot + s2 >= limit:
+            raise ConfigError(
+                f"{getattr(backend, 'name', backend)}: a reasoning budget of {cot:,} tokens plus "
+                f"the S2 turn's {s2:,} cannot fit the model's context of max_model_len="
+                f"{limit:,} tokens, whatever the prompt",
+                parameter="cot_max_tokens",
+                value=cot,
+                fix=f"lower cot_max_tokens below {max(1, limit - s2 - 1):,} (well below: the "
+                "prompt needs room too), or start the engine with a larger max_model_len",
+            )
+    for backend in readers:
+        limit = context_length(backend)
+        if limit is not None and transfer + answer >= limit:
+            raise ConfigError(
+                f"{getattr(backend, 'name', backend)}: a transfer of up to {transfer:,} tokens "
+                f"plus a {answer:,}-token answer cannot fit the model's context of "
+                f"max_model_len={limit:,} tokens",
+                parameter="max_transfer_tokens",
+                value=transfer,
+                fix="lower max_transfer_tokens (or cot_max_tokens), or start the engine with a "
+                "larger max_model_len",
+            )

@@ -502,7 +502,8 @@ class _Endpoint:
         self._slots: asyncio.Semaphore | None = None
         self._admission: asyncio.Semaphore | None = None
         self.created = int(time.time())
-        self.names = private_names(Lineup.of(small, large), model_name)
+        self.lineup = Lineup.of(small, large)
+        self.names = private_names(self.lineup, model_name)
 
     def error(self, exc: BaseException) -> EndpointError:
         """``exc`` as the client may see it (served model names, no object reprs)."""
@@ -563,6 +564,14 @@ class _Endpoint:
             options = normalize_options(options)
         except ConfigError as exc:
             raise EndpointError(str(exc), parameter="mai.options", code="invalid_value") from None
+        from mai_graph.nodes.verify import check_run_budgets
+
+        try:  # a 400 before a stream starts, not an error event after it
+            check_run_budgets(ctx, self.lineup)
+        except ConfigError as exc:
+            raise EndpointError(
+                str(self.error(exc)), parameter=f"mai.{exc.parameter}", code="invalid_value"
+            ) from None
         question, sources = _question(body)
         if not question:
             raise EndpointError(
@@ -1021,7 +1030,8 @@ def server_config(
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=shutdown_timeout_s,
+        # typed int, but uvicorn waits with asyncio.wait_for, which takes any seconds
+        timeout_graceful_shutdown=shutdown_timeout_s,  # type: ignore[arg-type]
     )
 
 

@@ -195,6 +195,35 @@ def check_review(scope: RunScope, always: bool = False) -> None:
         )
 
 
+def check_run_budgets(ctx: MAIContext, lineup: Lineup) -> None:
+    """Refuse token budgets that cannot fit a model's context, before any model call.
+
+    The models that reason under the run's policy (the drafters and a chain's middle models for
+    ``mai``, the smallest for ``small_cot``, the largest for ``large_cot``) must hold
+    ``cot_max_tokens`` plus the S2 turn; those that read a transfer, the transferred tokens
+    (at most ``max_transfer_tokens`` and the reasoning) plus the answer
+    (:func:`mai_graph.limits.check_budgets`).
+    """
+    from mai_graph.limits import check_budgets
+
+    if ctx.policy == "mai":
+        reasoners, readers = [*lineup.drafters, *lineup.chain[:-1]], list(lineup.chain)
+    elif ctx.policy == "small_cot":
+        reasoners, readers = [lineup.drafters[0]], []
+    elif ctx.policy == "large_cot":
+        reasoners, readers = [lineup.chain[-1]], []
+    else:
+        return
+    check_budgets(
+        reasoners,
+        readers,
+        cot=ctx.cot_max_tokens,
+        s2=ctx.s2_max_tokens,
+        transfer=min(ctx.max_transfer_tokens, ctx.cot_max_tokens * ctx.transfer_drafts),
+        answer=ctx.short_max_tokens,
+    )
+
+
 def make_verify(
     lineup: Lineup, image_policy: ImagePolicy | None = None, review: bool = False
 ) -> Node:
@@ -212,6 +241,7 @@ def make_verify(
 
         async def classic(state: MAIState, scope: RunScope) -> dict[str, Any]:
             check_review(scope, review)
+            check_run_budgets(scope.ctx, lineup)
             if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
                 return await verify_drafts(state, scope, lineup, image_policy)
             return await verify(state, scope, small, large, image_policy)
@@ -222,6 +252,7 @@ def make_verify(
 
     async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
         check_review(scope, review)
+        check_run_budgets(scope.ctx, lineup)
         ctx = scope.ctx
         scope = tagged(scope, stage=1) if chain else scope
         if ctx.policy != "mai":

@@ -4,19 +4,23 @@
 the CLI, the chat model and the endpoint compile without one: each refuses the setting before
 any model call with a typed error (a 400 on the endpoint, streaming or not), never a raw
 ``KeyError`` or an empty answer that reads as success. A graph compiled with a checkpointer
-pauses as documented.
+pauses as documented. Token budgets that no prompt could fit in a model's context are refused
+the same way, before the first call.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from mai_graph import MAIContext, create_mai_graph, run
+from mai_graph import MAIContext, ScriptedBackend, create_mai_graph, run
 from mai_graph.backends.fake import demo_backends as fake_pair
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.cli import main
 from mai_graph.errors import ConfigError
+from mai_graph.serve import create_app
 from tests.servers import serving_app
+
+httpx = pytest.importorskip("httpx")
 
 
 def _pair():
@@ -87,3 +91,62 @@ def test_the_endpoint_answers_400_streaming_or_not(stream):
                 list(out)
         assert "checkpointer" in str(info.value) and "review" in str(info.value)
     assert small.requests == [] and large.requests == []
+
+
+class _Sized(ScriptedBackend):
+    """A scripted backend that declares a context length, as the engines do."""
+
+    def __init__(self, script, *, name, max_model_len):
+        super().__init__(script, name=name)
+        self.max_model_len = max_model_len
+
+
+def _sized_pair(small_len=4096, large_len=4096):
+    small = _Sized({"short": "A", "cot": "so A", "s2": "A"}, name="small", max_model_len=small_len)
+    large = _Sized({"short": "B", "answer": "A"}, name="large", max_model_len=large_len)
+    return RecordingBackend(small), RecordingBackend(large)
+
+
+@pytest.mark.parametrize(
+    "policy, settings, field",
+    [
+        ("mai", {"cot_max_tokens": 131_072}, "cot_max_tokens"),
+        ("mai", {"cot_max_tokens": 4090, "s2_max_tokens": 16}, "cot_max_tokens"),
+        ("small_cot", {"cot_max_tokens": 8192}, "cot_max_tokens"),
+        ("large_cot", {"cot_max_tokens": 8192}, "cot_max_tokens"),
+    ],
+)
+def test_budgets_that_cannot_fit_a_context_are_refused_before_any_call(policy, settings, field):
+    small, large = _sized_pair()
+    with pytest.raises(ConfigError) as err:
+        run("Which colour?", options=["red", "blue"], small=small, large=large,
+            context={"policy": policy, **settings})  # fmt: skip
+    assert err.value.parameter == field and "max_model_len=4,096" in str(err.value)
+    assert small.requests == large.requests == []
+
+
+def test_a_transfer_that_cannot_fit_the_large_context_is_refused():
+    small, large = _sized_pair(small_len=32_768, large_len=1024)
+    with pytest.raises(ConfigError) as err:
+        run("Which colour?", options=["red", "blue"], small=small, large=large,
+            context={"cot_max_tokens": 4096, "max_transfer_tokens": 2048})  # fmt: skip
+    assert err.value.parameter == "max_transfer_tokens" and "large" in str(err.value)
+    out = run("Which colour?", options=["red", "blue"], small=small, large=large,
+              context={"cot_max_tokens": 512, "max_transfer_tokens": 256})  # fmt: skip
+    assert out.route in ("transfer", "extract_agree")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_endpoint_refuses_an_impossible_budget_with_a_400_before_any_call(stream):
+    small, large = _sized_pair()
+    app = create_app(small, large, allowed_settings="all")
+    with serving_app(app) as url:
+        resp = httpx.post(f"{url}/v1/chat/completions", json={
+            "model": "mai", "stream": stream,
+            "messages": [{"role": "user", "content": "Which colour?"}],
+            "mai": {"cot_max_tokens": 131_072, "options": ["red", "blue"]},
+        }, timeout=30)  # fmt: skip
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "mai.cot_max_tokens"
+    assert "max_model_len=4,096" in resp.json()["error"]["message"]
+    assert small.requests == large.requests == []

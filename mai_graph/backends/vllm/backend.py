@@ -208,6 +208,14 @@ class VLLMBackend:
         backend._bind_tokenizer()
         return backend
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The context length of requests: the engine's, else the option (None: not chosen)."""
+        if self._engine is not None:
+            return int(self._engine.model_config.max_model_len)
+        value = self._options.get("max_model_len")
+        return None if value is None else int(value)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def engine_args(self) -> Any:
