@@ -1,4 +1,4 @@
-"""The latency model: what each route costs, from measured (or published) engine speeds.
+"""The latency model: what each route costs, from measured (or given) engine speeds.
 
 The seed model of MAI's cost is ``T = N_S/T_S + N_L'/T_L``: the small model's reasoning tokens
 over its decode speed plus the large model's short answer over its own. This module extends it
@@ -287,7 +287,7 @@ class LatencyModel(_Model):
     """Per-route latency of a model pair, and MAI's expected latency, speedup and break-even.
 
     Built by ``mai-graph profile`` (``source="measured"``: fitted on this machine's engines) or
-    from published speeds (:meth:`what_if`, ``source="what-if"``). Saved as JSON
+    from given speeds (:meth:`what_if`, ``source="what-if"``). Saved as JSON
     (:meth:`save` / :meth:`load`); ``mai-graph eval --latency-model FILE`` prints its per-route
     predictions next to the measured latencies.
 
@@ -327,7 +327,7 @@ class LatencyModel(_Model):
     def what_if(
         cls, spec: str | Mapping[str, float], workload: Workload | None = None
     ) -> LatencyModel:
-        """A model of a deployment from published engine speeds (see :func:`parse_what_if`)."""
+        """A model of a deployment from given engine speeds (see :func:`parse_what_if`)."""
         values = parse_what_if(spec) if isinstance(spec, str) else dict(spec)
         _check_what_if_keys(values)
 
@@ -348,7 +348,7 @@ class LatencyModel(_Model):
                     f"what-if needs the {role} model's decode speed",
                     parameter="--what-if",
                     value=spec,
-                    fix="give e.g. small=61.8,large=47.3 (decode tokens per second)",
+                    fix="give e.g. small=60,large=45 (decode tokens per second)",
                 )
         return cls(
             source="what-if",
@@ -605,7 +605,7 @@ def parse_what_if(spec: str) -> dict[str, float]:
                 f"what-if items are KEY=NUMBER, got {item!r}",
                 parameter="--what-if",
                 value=spec,
-                fix="e.g. --what-if small=61.8,large=47.3",
+                fix="e.g. --what-if small=60,large=45",
             )
         values[key] = number
     _check_what_if_keys(values)

@@ -395,8 +395,8 @@ own overhead, fits the latency model and prints per-route latency, MAI's expecte
 speedup over large_cot at several agreement rates, and the break-even agreement rate. Every
 number derived from the model is labelled "modelled"; only the fitted speeds are measured.
 
---what-if predicts a deployment from published decode speeds (tokens/s) without any engine:
-  mai-graph profile --what-if small=61.8,large=47.3 --cot-tokens 300
+--what-if predicts a deployment from given decode speeds (tokens/s) without any engine:
+  mai-graph profile --what-if small=60,large=45 --cot-tokens 300
 (also small_prefill=, large_prefill= tokens/s, small_call_ms=, large_call_ms=, overlap=).
 --from FILE prints a saved model's predictions; eval --latency-model FILE compares them with
 measured route latencies.
@@ -559,7 +559,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--what-if and --from exclude each other",
             parameter="--what-if",
-            fix="give published speeds or a saved profile, not both",
+            fix="give speeds or a saved profile, not both",
         )
     if args.what_if:
         model = LatencyModel.what_if(args.what_if)
@@ -684,7 +684,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--what-if",
         metavar="SPEC",
-        help="published speeds instead of measuring, e.g. small=61.8,large=47.3",
+        help="decode speeds (tokens/s) instead of measuring, e.g. small=60,large=45",
     )
     p.add_argument("--cot-tokens", type=int, help="reasoning length N_S to predict for")
     p.add_argument("--large-cot-tokens", type=int, help="large_cot reasoning length N_L")
