@@ -505,9 +505,10 @@ async def test_a_prompt_longer_than_the_context_is_refused_before_its_prefill(ti
 
     backend._load_model = counting
     try:
-        assert backend.max_model_len == 512
+        assert backend.max_model_len == 512  # given: known before the model loads
         with pytest.raises(ConfigError) as err:
-            await arun("apples " * 2000, picture, small=backend, large=backend)
+            await arun("apples " * 2000, picture, small=backend, large=backend,
+                       context={"cot_max_tokens": 64})  # fmt: skip
         message = str(err.value)
         assert "does not fit the model's context of max_model_len=512" in message
         assert "tiny-small" in message and "Fix: " in message and calls == []
@@ -515,6 +516,8 @@ async def test_a_prompt_longer_than_the_context_is_refused_before_its_prefill(ti
         assert gen.finish_reason == "length"
         assert gen.prompt_tokens + gen.generated_tokens == 512  # stopped at the context's end
         default = TransformersBackend(str(tiny_pair[0]))
+        assert default.max_model_len is None  # not known before loading; reading never loads
+        default.load()
         assert default.max_model_len == 8192  # the tiny model's max_position_embeddings
         default.shutdown()
     finally:

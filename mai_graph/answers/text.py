@@ -225,6 +225,38 @@ _REFUSAL = re.compile(
     r"|无法(?:确定|判断|回答)|不确定|不知道"
 )
 
+_CANNOT_SEE = re.compile(
+    # inability to see, read or make out the picture, in any phrasing
+    r"\b(?:can(?:no|')?t|could(?:\s+no|n')t|unable\s+to|(?:not|n't)\s+able\s+to"
+    r"|impossible\s+to)\s+(?:\w+\s+){0,2}?(?:see|view|make\s+out|access|open|load|process"
+    r"|recogni[sz]e|discern|distinguish|detect|locate|count|find|analy[sz]e|interpret)\b"
+    r"|\btoo\s+(?:blurry|blurred|dark|small|faint|grainy|pixelated|low[-\s]resolution|unclear)"
+    r"\s+(?:to|for)\b"
+    r"|\b(?:provide|upload|send|share|attach|give\s+me)\s+(?:me\s+)?(?:with\s+)?"
+    r"(?:a|an|another|the)?"
+    r"\s*(?:clearer|better|sharper|larger|bigger|higher[-\s]resolution|new|different|valid)"
+    r"\s+(?:image|picture|photo|version)"
+    r"|\bno\s+(?:image|picture|photo)\s+(?:was\s+|is\s+|has\s+been\s+)?"
+    r"(?:provided|attached|shown|included|uploaded|visible)\b"
+    r"|\b(?:image|picture|photo)\s+(?:is|was|seems|appears)\s+(?:to\s+be\s+)?(?:not\s+"
+    r"(?:visible|loaded|available|provided|clear)|missing|corrupted|unavailable|blank)\b"
+    # apologies that open an answer
+    r"|^\W*(?:i'?m\s+|i\s+am\s+)?(?:so\s+)?(?:sorry|apologies)\b|^\W*i\s+apologi[sz]e\b"
+    r"|^\W*unfortunately\b|\bas\s+an\s+ai\b"
+    # other languages: Chinese, Japanese, Spanish, Portuguese, French, German, Italian
+    r"|无法(?:确定|判断|回答|看到|看清|识别|查看)|不确定|不知道|看不(?:清|到|见)|抱歉|对不起"
+    r"|分かりません|わかりません|判断できません|見えません|申し訳"
+    r"|\bno\s+(?:puedo|es\s+posible|se\s+puede)\b|\blo\s+siento\b|\bno\s+s[eé]\b"
+    r"|\bn[aã]o\s+(?:consigo|posso|sei|[eé]\s+poss[ií]vel)\b|\bdesculp"
+    r"|\bje\s+ne\s+(?:peux|sais|vois)\b|\bd[ée]sol[ée]|\bimpossible\s+de\b"
+    r"|\bich\s+kann\b[^.!?]{0,60}\bnicht\b|\bleider\b|\bich\s+wei(?:ss|ß)\s+(?:es\s+)?nicht\b"
+    r"|\bnon\s+(?:posso|riesco|so)\b|\bmi\s+dispiace\b"
+)
+"""Refusals of the picture itself, apologies, and refusals in other languages: looked for
+near the answer's ends (:data:`_REFUSAL_EDGE` characters), where a model puts them."""
+
+_REFUSAL_EDGE = 600
+
 
 def is_refusal(text: str) -> bool:
     """Whether ``text`` refuses or hedges ("I can't tell", "not sure", "maybe", ...).
@@ -232,7 +264,11 @@ def is_refusal(text: str) -> bool:
     >>> is_refusal("I can't tell from the image."), is_refusal("Unsure"), is_refusal("unknown")
     (True, True, False)
     """
-    return next(iter_words(_REFUSAL, text.lower()), None) is not None
+    low = text.lower()
+    if next(iter_words(_REFUSAL, low), None) is not None:
+        return True
+    edges = (low,) if len(low) <= 2 * _REFUSAL_EDGE else (low[:_REFUSAL_EDGE], low[-_REFUSAL_EDGE:])
+    return any(_CANNOT_SEE.search(edge) is not None for edge in edges)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -204,14 +204,24 @@ class TransformersBackend:
         return prompt_inputs(model, processor, rendered)
 
     @property
-    def max_model_len(self) -> int:
-        """The context length requests are held to (loads the model's config if needed)."""
-        if self._max_model_len is None:
-            config = self.model.config
+    def max_model_len(self) -> int | None:
+        """The context length requests are held to (None: not given and not loaded yet).
+
+        Reading it never loads anything: callers may be on an event loop.
+        """
+        if self._max_model_len is None and self._model is not None:
+            config = self._model.config
             text = getattr(config, "text_config", None) or config
             native = getattr(text, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
             self._max_model_len = min(int(native), DEFAULT_MAX_MODEL_LEN)
         return self._max_model_len
+
+    def _context_limit(self) -> int:
+        """:attr:`max_model_len`, loading the model first if needed (blocking)."""
+        self._load_model()
+        limit = self.max_model_len
+        assert limit is not None
+        return limit
 
     def _eos_ids(self) -> set[int]:
         return eos_token_ids(self.model, self.tokenizer)
@@ -280,7 +290,7 @@ class TransformersBackend:
         model, tok = self.model, self.tokenizer
         inputs = self.prepare(request)
         ids, positions = inputs["input_ids"], inputs["position_ids"]
-        limit = self.max_model_len
+        limit = self._context_limit()
         check_prompt_length(self.name, ids.shape[1], limit, purpose=request.purpose)
         room = limit - ids.shape[1]
         if request.max_tokens > room:  # stop at the context's end, as an engine does
@@ -344,7 +354,7 @@ class TransformersBackend:
         with self._lock:
             inputs = self.prepare(request)
             check_prompt_length(
-                self.name, inputs["input_ids"].shape[1], self.max_model_len, purpose="attention"
+                self.name, inputs["input_ids"].shape[1], self._context_limit(), purpose="attention"
             )
             return reasoning_attention(self.model, inputs, self._caches, layers=layers, full=full)
 
