@@ -120,7 +120,7 @@ def test_an_internal_value_error_is_reported_as_a_bug_not_as_bad_input(monkeypat
     # typed bad input still exits 2
     monkeypatch.undo()
     assert main(["synth-data", str(tmp_path / "e"), "--n", "0"]) == 2
-    assert "n must be a positive integer" in capsys.readouterr().err
+    assert "n must be an integer from 1 to" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("port", ["99999", "65616", "0", "-1", "80.5", "http"])

@@ -79,7 +79,8 @@ def test_a_typo_lists_the_common_options():
 
 @pytest.mark.parametrize("kind, options, message", [
     ("transformers", {"gpu_memory_utilization": 0.5}, "unknown engine option"),
-    ("transformers", {"max_model_len": 10}, "unknown engine option"),
+    ("transformers", {"kv_cache_dtype": "fp8"}, "unknown engine option"),
+    ("transformers", {"max_model_len": 1}, "max_model_len must be an integer >= 2"),
     ("openai", {"max_model_len": 10}, "unknown engine option 'max_model_len'"),
     ("openai", {"retries": -1}, "retries must be an int >= 0"),
 ])  # fmt: skip
@@ -90,8 +91,9 @@ def test_other_kinds_take_their_own_options(kind, options, message):
 
 
 def test_transformers_and_openai_options_reach_their_backends():
-    t = ModelSpec(model="m", backend="transformers", dtype="bfloat16", threads=1).build()
-    assert t._dtype == "bfloat16" and t._threads == 1
+    t = ModelSpec(model="m", backend="transformers", dtype="bfloat16", threads=1,
+                  max_model_len=2048).build()  # fmt: skip
+    assert t._dtype == "bfloat16" and t._threads == 1 and t.max_model_len == 2048
     o = ModelSpec(model="served", url="http://h:9/v1", timeout_s=7, retries=0, name="big").build()
     assert type(o).__name__ == "OpenAIBackend" and o.name == "big"
     assert o.client.max_retries == 0
