@@ -46,7 +46,7 @@ from mai_graph.graph import create_mai_graph
 from mai_graph.images import ImageRef
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import Node, RunScope
-from mai_graph.result import totals
+from mai_graph.result import reasoning_tokens, totals
 from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState
 
@@ -168,6 +168,7 @@ def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "
             "output_tokens": int(t["generated_tokens"]),
             "total_tokens": int(t["prompt_tokens"] + t["generated_tokens"]),
             "input_token_details": {"cache_read": int(t["cached_tokens"])},
+            "output_token_details": {"reasoning": reasoning_tokens(metrics)},
         },
         response_metadata={
             "model_provider": "mai-graph",

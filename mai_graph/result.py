@@ -27,6 +27,16 @@ def totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     }
 
 
+def reasoning_tokens(records: Sequence[Mapping[str, Any]]) -> int:
+    """Tokens the models generated as reasoning (the ``reason`` node's calls), of all generated.
+
+    >>> reasoning_tokens([{"node": "reason", "generated_tokens": 40},
+    ...                   {"node": "answer", "generated_tokens": 2}])
+    40
+    """
+    return sum(int(r["generated_tokens"]) for r in records if r.get("node") == "reason")
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f}"
 

@@ -53,7 +53,7 @@ from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.lineup import Lineup
-from mai_graph.result import totals
+from mai_graph.result import reasoning_tokens, totals
 from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import InputState
 from mai_graph.text import without_reprs
@@ -369,6 +369,7 @@ def usage(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": int(t["cached_tokens"])},
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens(metrics)},
     }
 
 

@@ -162,6 +162,11 @@ def test_chat_agent_with_mai_as_a_subgraph(png):
     usage = reply.usage_metadata
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    metrics = reply.response_metadata["metrics"]
+    reasoning = sum(m["generated_tokens"] for m in metrics if m["node"] == "reason")
+    assert usage["output_token_details"]["reasoning"] == reasoning > 0
+    assert usage["input_token_details"]["cache_read"] == sum(m["cached_tokens"] or 0
+                                                             for m in metrics)  # fmt: skip
     assert small.requests[0].image is not None  # the image went through
 
 
@@ -193,6 +198,7 @@ async def test_chat_model_async_and_streaming():
     chunks = [c async for c in model.astream("Which colour is the square?")]
     assert "".join(c.content for c in chunks) == "D"
     assert chunks[-1].usage_metadata["output_tokens"] > 0
+    assert chunks[-1].usage_metadata["output_token_details"]["reasoning"] > 0
     assert chunks[-1].response_metadata["route"] == "transfer"
 
 

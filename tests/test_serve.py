@@ -90,6 +90,8 @@ def test_completion_answers_with_usage_and_the_mai_field(served):
     assert out.usage.prompt_tokens_details.cached_tokens == sum(
         m["cached_tokens"] or 0 for m in metrics
     )
+    reasoning = [m["generated_tokens"] for m in metrics if m["node"] == "reason"]
+    assert out.usage.completion_tokens_details.reasoning_tokens == sum(reasoning) > 0
     # The question, options and image reached the models (the image as a checked reference).
     prompt = small.calls("short")[0]
     assert (prompt.image["width"], prompt.image["height"]) == (48, 40)
