@@ -203,7 +203,7 @@ def as_endpoint_error(exc: BaseException, names: Mapping[str, str] | None = None
     text = without_reprs(str(exc))
     for private, public in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
         # whole names only: "/srv/models/8b" in a message, not "large" in "too large"
-        text = re.sub(rf"(?<![\w./-]){re.escape(private)}(?![\w./-])", public, text)
+        text = re.sub(rf"(?<![\w./-]){re.escape(private)}(?![\w-]|\.\w)", public, text)
     if isinstance(exc, ImageError):
         return EndpointError(text, parameter="messages", code="invalid_image")
     if isinstance(exc, ConfigError):
@@ -298,6 +298,10 @@ _TOP_LEVEL = {"temperature": "temperature", "seed": "seed", "short_max_tokens": 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body read (64 MiB: a question with several large base64 images); a larger
 one is refused with 413 before it is read whole (``create_app(max_body_bytes=...)``)."""
+
+BODY_READ_TIMEOUT_S = 30.0
+"""Longest a request's body may take to arrive; a slower one is a 408 (slow uploads would
+otherwise hold the admission slots)."""
 
 MAX_PREPARING = 2
 """Requests whose bodies are read and images decoded at once, by default (the rest wait)."""
@@ -696,6 +700,7 @@ def create_app(
     max_concurrency: int = 64,
     max_preparing: int = MAX_PREPARING,
     max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout_s: float = BODY_READ_TIMEOUT_S,
     manage_backends: bool = False,
     **graph_kwargs: Any,
 ) -> Starlette:
@@ -716,6 +721,7 @@ def create_app(
             wait, unread. With the body cap and the image policy's pixel limits this bounds
             the endpoint's memory (docs/reliability.md).
         max_body_bytes: Largest request body read; a larger one is a 413.
+        body_timeout_s: Longest a request's body may take to arrive; a slower one is a 408.
         manage_backends: Start the backends' engines when the app starts (one after the
             other) and shut them down when it stops.
         **graph_kwargs: Passed to :func:`~mai_graph.graph.create_mai_graph` (retry policy,
@@ -811,7 +817,17 @@ def create_app(
         try:
             endpoint.authorize(request.headers.get("authorization"))
             async with endpoint.admission:  # bodies and images read and decoded at once
-                body = await _body(request, max_body_bytes)
+                try:  # a client that trickles its body must not hold an admission slot
+                    async with asyncio.timeout(body_timeout_s):
+                        body = await _body(request, max_body_bytes)
+                except TimeoutError:
+                    raise EndpointError(
+                        f"the request body did not arrive within {body_timeout_s:g} s",
+                        status=408,
+                        parameter="body",
+                        code="request_timeout",
+                        fix="send the whole request at once (or smaller images)",
+                    ) from None
                 run = await endpoint.prepare(body)
         except Exception as exc:
             return error_response(endpoint.error(exc))
@@ -976,8 +992,9 @@ def memory_bound(
     """Most bytes the endpoint's request handling holds beyond its resting process.
 
     Requests being prepared (at most ``max_preparing``) each hold their body, its parsed
-    JSON, one encoded image and its decoding (Pillow's image in its own mode and the RGB copy,
-    4 bytes a pixel each, up to ``policy.max_pixels``); each image's pixels are checked
+    JSON, one encoded image and its decoding (Pillow's image in its own mode and the copies
+    converting it to RGB make: :data:`DECODE_BYTES_PER_PIXEL`, up to ``policy.max_pixels``);
+    each image's pixels are checked
     against the question's total before it is decoded, and the body against its cap before it
     is read whole. Decoded pixels kept between loads are the pixel cache's
     (``$MAI_GRAPH_PIXEL_CACHE_MB``). Requests waiting for admission hold nothing: their
@@ -985,15 +1002,21 @@ def memory_bound(
     pixels of the images that running model calls send (docs/reliability.md).
 
     >>> round(memory_bound() / 1e6)
-    1204
+    2164
     """
     from mai_graph.images import pixel_cache_limit
     from mai_graph.sources import DEFAULT_MAX_BYTES
 
     policy = ImagePolicy.from_env() if policy is None else policy
     encoded = policy.max_bytes or DEFAULT_MAX_BYTES
-    per_request = 2 * max_body_bytes + encoded + 8 * policy.max_pixels
+    per_request = 2 * max_body_bytes + encoded + DECODE_BYTES_PER_PIXEL * policy.max_pixels
     return pixel_cache_limit() + max_preparing * per_request
+
+
+DECODE_BYTES_PER_PIXEL = 20
+"""Peak bytes a pixel costs while an image is decoded and converted to RGB: measured with
+``resolve_images`` on 8000x5000 PNGs (palette with transparency 21, RGBA 20, 16-bit grey 11,
+RGB 4 bytes a pixel beyond the file), less what the RGB copy shares."""
 
 
 def _check_shutdown_timeout(value: Any) -> None:

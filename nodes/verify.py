@@ -219,7 +219,9 @@ def check_run_budgets(ctx: MAIContext, lineup: Lineup) -> None:
         readers,
         cot=ctx.cot_max_tokens,
         s2=ctx.s2_max_tokens,
-        transfer=min(ctx.max_transfer_tokens, ctx.cot_max_tokens * ctx.transfer_drafts),
+        # each transferred draft is sparsified on its own, up to max_transfer_tokens
+        transfer=min(ctx.transfer_drafts, max(1, lineup.draft_count(ctx)))
+        * min(ctx.max_transfer_tokens, ctx.cot_max_tokens),
         answer=ctx.short_max_tokens,
     )
 

@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _FIGURE = re.compile(
     r"(?<![\w.#/-])(?:~|about |up to |under |over )?"
-    r"\d[\d,]*(?:\.\d+)?(?:\s?(?:%|x\b|ms\b|s\b|µs\b|us\b|min\b|minutes\b|hours?\b|MB\b|GB\b|"
+    r"\d[\d,]*(?:\.\d+)?(?:\s?(?:%|×|x\b|percent\b|ms\b|s\b|µs\b|us\b|min\b|minutes\b|"
+    r"hours?\b|seconds?\b|milliseconds?\b|MB\b|GB\b|"
     r"GiB\b|MiB\b|KB\b|tok/s\b|tokens?/s\b|runs/s\b|tokens?\b|points?\b|pts?\b|px\b|pixels\b|"
     r"calls?\b|steps?\b))"
     r"|(?<![\w.#/-])\d+\.\d+(?![\w.])"
@@ -51,6 +52,16 @@ _LABEL = re.compile(
     r"|\bdefaults?\b|\bby default\b|\blimit\b|\bcap\b|\bbound\b|\be\.g\.|→"
     r"|\b(?:VLMEvalKit|lmms-eval|ChartQA|VQA|MMBench|POPE|MME)\b",
     re.IGNORECASE,
+)
+_STRICT = re.compile(
+    r"`(?:mai-graph |benchmarks/|tests/|\.ci/run|python |pytest|scripts/|mai_graph[./])[^`]*`"
+    r"|\bmodell?ed\b|\bthe paper\b|\breported\b|\bpublished\b|\barXiv\b|\bnot measured\b"
+    r"|\bestimates?d?\b|\bexpect(?:ed|ation)?\b",
+    re.IGNORECASE,
+)
+"""The labels a section marker must carry: a command, or what kind of figure it is."""
+_PATH = re.compile(
+    r"`(?:python )?((?:benchmarks|tests|scripts)/[\w./-]+?)(?:::[\w:\[\]-]+)?(?: [^`]*)?`"
 )
 _CODE_SPAN = re.compile(r"`[^`]*`")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
@@ -128,10 +139,18 @@ def check(path: Path) -> list[str]:
             if declared is not None and level <= declared:
                 declared = None
             continue
+        missing = [m.group(1) for m in _PATH.finditer(unit) if not (ROOT / m.group(1)).exists()]
+        if missing:
+            problems.append(f"{rel}:{line}: names files that do not exist: {missing}")
         marker = re.match(r"^\s*(?:<!-- figures: |\*Figures\b)(.*)", unit, re.DOTALL)
         if marker:
-            if _LABEL.search(marker.group(1)):
+            if _STRICT.search(marker.group(1)):
                 declared = level
+            else:
+                problems.append(
+                    f"{rel}:{line}: a figures marker must name a command or say what the "
+                    "figures are (modelled, the paper's, expected)"
+                )
             continue
         if declared is not None:
             continue

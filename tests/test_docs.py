@@ -145,3 +145,10 @@ def test_the_figure_check_catches_an_unlabelled_number(tmp_path):
     )
     problems = module.check(page)
     assert [p.split(": ", 1)[1].split("  <-")[0] for p in problems] == ["3.2x, 12%", "7 ms"]
+    page.write_text(
+        "# A page\n\nMeasured by `python benchmarks/nowhere.py`: 2.9x.\n\n"
+        "## Section\n\n*Figures in this section: e.g. from somewhere.*\n\nIt took 40 ms.\n"
+    )
+    problems = module.check(page)
+    assert "names files that do not exist: ['benchmarks/nowhere.py']" in problems[0]
+    assert "a figures marker must name a command" in problems[1] and "40 ms" in problems[2]

@@ -150,3 +150,18 @@ def test_the_endpoint_refuses_an_impossible_budget_with_a_400_before_any_call(st
     assert resp.json()["error"]["param"] == "mai.cot_max_tokens"
     assert "max_model_len=4,096" in resp.json()["error"]["message"]
     assert small.requests == large.requests == []
+
+
+def test_the_transfer_budget_counts_each_transferred_draft():
+    """Each transferred draft is sparsified on its own: one draft of 1,024 reasoning tokens
+    fits a 4,096 context whatever transfer_drafts says; four drafts of 2,048 do not."""
+    small, large = _sized_pair(small_len=32_768, large_len=4096)
+    out = run("Which colour?", options=["red", "blue"], small=small, large=large,
+              context={"cot_max_tokens": 1024, "max_transfer_tokens": 4096,
+                       "transfer_drafts": 4})  # fmt: skip
+    assert out.route in ("transfer", "extract_agree")
+    with pytest.raises(ConfigError) as err:
+        run("Which colour?", options=["red", "blue"], small=small, large=large,
+            context={"cot_max_tokens": 2048, "max_transfer_tokens": 2048, "drafts": 4,
+                     "transfer_drafts": 4})  # fmt: skip
+    assert err.value.parameter == "max_transfer_tokens" and "8,192" in str(err.value)

@@ -22,16 +22,13 @@ REFUSALS = [
     "I'm not able to view images.",
     "I can't make out what the sign says.",
     "The image is too dark to tell.",
-    "The picture is too small for me to read the text.",
     "Please provide a clearer image.",
     "Could you upload a higher-resolution picture?",
     "Can you send me a better photo?",
     "No image was provided.",
-    "The image appears to be blank.",
     "The picture seems corrupted.",
     "As an AI, I cannot process this image.",
     "I cannot determine that from this image.",
-    "It is impossible to count the birds in this picture.",
     "抱歉，我看不清这张图片。",
     "无法看到图片。",
     "申し訳ありませんが、画像が見えません。",
@@ -43,6 +40,10 @@ REFUSALS = [
     "Je ne sais pas.",
     "Leider kann ich das Bild nicht sehen.",
     "Mi dispiace, non riesco a vedere l'immagine.",
+    "There is no image.",
+    "I don't see any image attached.",
+    "I wasn't able to view the image.",
+    "Unfortunately, I am unable to see the picture.",
 ]
 
 ANSWERS = [
@@ -54,6 +55,19 @@ ANSWERS = [
     ("The photo was taken at night; the car is red.", "text", None),
     ("No.", "yes_no", "no"),
     ("The sign is easy to read: it says STOP.", "text", None),
+    # answers that share words with refusals (found by review)
+    ("No, the box is too small for the cat.", "yes_no", "no"),
+    ("B. The ball is too small for the hoop.", "choice", "B"),
+    ("No, he can't see the ball because it is behind the wall.", "yes_no", "no"),
+    ("The cat can't find its toy.", "text", None),
+    ("No, there is no picture visible on the wall.", "yes_no", "no"),
+    ("The TV picture is blank.", "text", None),
+    ("SORRY WE'RE CLOSED", "text", None),
+    ("No se permite fumar", "text", None),
+    ("Leider geschlossen", "text", None),
+    ("Unfortunately, it is raining.", "text", None),
+    ("The sign says sorry.", "text", None),
+    ("No image of a cat is visible, only a dog.", "text", None),
 ]
 
 

@@ -643,3 +643,28 @@ def test_error_messages_name_served_models_and_carry_no_object_reprs():
     assert "mai/large: the generate prompt" in message and "/srv/models" not in message
     assert "object at 0x" not in message and "object at 0x" not in bad_image.value.message
     assert "cannot decode image" in bad_image.value.message
+
+
+def test_a_trickled_body_is_a_408_and_frees_its_admission_slot():
+    """A client that sends its headers and then trickles the body cannot hold one of the
+    endpoint's admission slots: after the body timeout it gets a 408, and the other request
+    waiting for the one slot is answered."""
+    import socket
+
+    small, large = transfer_pair()
+    app = create_app(small, large, api_keys=[KEY], max_preparing=1, body_timeout_s=1.0)
+    with running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 100000\r\n\r\n{\"model\": ").encode())  # fmt: skip
+        time.sleep(0.2)
+        start = time.monotonic()
+        with client(url, timeout=10) as c:
+            out = c.chat.completions.create(model="mai", messages=question())
+        waited = time.monotonic() - start
+        reply = sock.recv(65536).decode()
+        sock.close()
+    assert out.choices[0].message.content == "A" and waited < 5
+    assert reply.startswith("HTTP/1.1 408") and "request_timeout" in reply

@@ -187,8 +187,8 @@ def _normalize(options: object) -> dict[str, str] | None:
     seen: dict[str, str] = {}
     for letter, text in out.items():
         check_text(text, f"option {letter}", MAX_OPTION_CHARS)
-        named = text.strip(_EDGE).upper()
-        if len(named) == 1 and named in out and named != letter:
+        named = text.strip(_EDGE)
+        if len(named) == 1 and named.isupper() and named in out and named != letter:
             raise ConfigError(
                 f"option {letter}'s text is {text!r}, the letter of option {named}: an answer "
                 f"{named!r} could mean either",
@@ -197,7 +197,8 @@ def _normalize(options: object) -> dict[str, str] | None:
                 fix='write such options as words ("the letter B"), or letter the options so '
                 "that no text is another option's letter",
             )
-        key = " ".join(text.casefold().strip(_EDGE).split())
+        # texts that are all punctuation ("?", ":)") are compared whole
+        key = " ".join((text.casefold().strip(_EDGE) or text.casefold()).split())
         if key in seen:
             raise ConfigError(
                 f"options {seen[key]} and {letter} are the same text {text!r:.60}: an answer "

@@ -226,31 +226,34 @@ _REFUSAL = re.compile(
 )
 
 _CANNOT_SEE = re.compile(
-    # inability to see, read or make out the picture, in any phrasing
-    r"\b(?:can(?:no|')?t|could(?:\s+no|n')t|unable\s+to|(?:not|n't)\s+able\s+to"
-    r"|impossible\s+to)\s+(?:\w+\s+){0,2}?(?:see|view|make\s+out|access|open|load|process"
-    r"|recogni[sz]e|discern|distinguish|detect|locate|count|find|analy[sz]e|interpret)\b"
-    r"|\btoo\s+(?:blurry|blurred|dark|small|faint|grainy|pixelated|low[-\s]resolution|unclear)"
-    r"\s+(?:to|for)\b"
+    # the model itself cannot see, read or make out the picture ("I can't see the image")
+    r"\b(?:i|we)(?:'m|\s+am|'ve|\s+have|\s+was|\s+were)?\s+(?:\w+\s+){0,2}?"
+    r"(?:can(?:no|')?t|cannot|could(?:\s+no|n')t|(?:am|was|were)?\s*unable\s+to"
+    r"|(?:am|'m|was|were)?\s*(?:not|n't)\s+able\s+to|don'?t|do\s+not|didn'?t|did\s+not)"
+    r"\s+(?:\w+\s+){0,2}?(?:see|view|make\s+out|access|open|load|process|read|recogni[sz]e"
+    r"|discern|analy[sz]e|interpret)\b"
+    r"|\btoo\s+(?:blurry|blurred|dark|grainy|pixelated|low[-\s]resolution|faint)\s+to\s+"
+    r"(?:see|read|tell|make|determine|identify|count|answer)\b"
     r"|\b(?:provide|upload|send|share|attach|give\s+me)\s+(?:me\s+)?(?:with\s+)?"
-    r"(?:a|an|another|the)?"
-    r"\s*(?:clearer|better|sharper|larger|bigger|higher[-\s]resolution|new|different|valid)"
+    r"(?:a|an|another|the)?\s*(?:clearer|better|sharper|higher[-\s]resolution|valid)"
     r"\s+(?:image|picture|photo|version)"
-    r"|\bno\s+(?:image|picture|photo)\s+(?:was\s+|is\s+|has\s+been\s+)?"
-    r"(?:provided|attached|shown|included|uploaded|visible)\b"
-    r"|\b(?:image|picture|photo)\s+(?:is|was|seems|appears)\s+(?:to\s+be\s+)?(?:not\s+"
-    r"(?:visible|loaded|available|provided|clear)|missing|corrupted|unavailable|blank)\b"
-    # apologies that open an answer
-    r"|^\W*(?:i'?m\s+|i\s+am\s+)?(?:so\s+)?(?:sorry|apologies)\b|^\W*i\s+apologi[sz]e\b"
-    r"|^\W*unfortunately\b|\bas\s+an\s+ai\b"
+    r"|\bno\s+(?:image|picture|photo)\s+(?:was\s+|has\s+been\s+)"
+    r"(?:provided|attached|shown|included|uploaded|shared)\b"
+    r"|^\W*(?:there\s+is\s+|there's\s+)?no\s+(?:image|picture|photo)(?:\s+attached)?\W*$"
+    r"|\b(?:image|picture|photo)\s+(?:you\s+\w+\s+)?(?:is|was|seems|appears)\s+(?:to\s+be\s+)?"
+    r"(?:missing|corrupted|not\s+(?:loaded|attached|provided))\b"
+    r"|\b(?:image|picture|photo)\s+(?:did\s+not|didn'?t|failed\s+to)\s+load\b"
+    # apologies and refusals by the model, not text read off a picture
+    r"|^\W*(?:i'?m\s+|i\s+am\s+)?(?:so\s+)?sorry\W+(?:but\s+)?i\b|\bi\s+apologi[sz]e\b"
+    r"|^\W*unfortunately\W+(?:but\s+)?i\b|\bas\s+an\s+ai\b"
     # other languages: Chinese, Japanese, Spanish, Portuguese, French, German, Italian
-    r"|无法(?:确定|判断|回答|看到|看清|识别|查看)|不确定|不知道|看不(?:清|到|见)|抱歉|对不起"
-    r"|分かりません|わかりません|判断できません|見えません|申し訳"
-    r"|\bno\s+(?:puedo|es\s+posible|se\s+puede)\b|\blo\s+siento\b|\bno\s+s[eé]\b"
-    r"|\bn[aã]o\s+(?:consigo|posso|sei|[eé]\s+poss[ií]vel)\b|\bdesculp"
-    r"|\bje\s+ne\s+(?:peux|sais|vois)\b|\bd[ée]sol[ée]|\bimpossible\s+de\b"
-    r"|\bich\s+kann\b[^.!?]{0,60}\bnicht\b|\bleider\b|\bich\s+wei(?:ss|ß)\s+(?:es\s+)?nicht\b"
-    r"|\bnon\s+(?:posso|riesco|so)\b|\bmi\s+dispiace\b"
+    r"|无法(?:确定|判断|回答|看到|看清|识别|查看)|看不(?:清|到|见)|(?:抱歉|对不起)\W*我"
+    r"|分かりません|わかりません|判断できません|見えません"
+    r"|\bno\s+(?:puedo|es\s+posible\s+(?:saber|ver|determinar)\w*)\b|\blo\s+siento\W+no\b"
+    r"|\bno\s+sé\b|\bn[aã]o\s+(?:consigo|posso|sei)\b"
+    r"|\bje\s+ne\s+(?:peux|sais|vois)\b|\bd[ée]sol[ée]\W+(?:mais\s+)?je\b"
+    r"|\b(?:ich\s+kann|kann\s+ich)\b[^.!?]{0,60}\bnicht\b|\bich\s+wei(?:ss|ß)\s+(?:es\s+)?nicht\b"
+    r"|\bnon\s+(?:posso|riesco|so)\b"
 )
 """Refusals of the picture itself, apologies, and refusals in other languages: looked for
 near the answer's ends (:data:`_REFUSAL_EDGE` characters), where a model puts them."""
