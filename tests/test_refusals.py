@@ -68,6 +68,8 @@ ANSWERS = [
     ("Unfortunately, it is raining.", "text", None),
     ("The sign says sorry.", "text", None),
     ("No image of a cat is visible, only a dog.", "text", None),
+    ("I don't see any dog.", "yes_no", "no"),
+    ("No, I don't see a cat.", "yes_no", "no"),
 ]
 
 

@@ -229,9 +229,12 @@ _CANNOT_SEE = re.compile(
     # the model itself cannot see, read or make out the picture ("I can't see the image")
     r"\b(?:i|we)(?:'m|\s+am|'ve|\s+have|\s+was|\s+were)?\s+(?:\w+\s+){0,2}?"
     r"(?:can(?:no|')?t|cannot|could(?:\s+no|n')t|(?:am|was|were)?\s*unable\s+to"
-    r"|(?:am|'m|was|were)?\s*(?:not|n't)\s+able\s+to|don'?t|do\s+not|didn'?t|did\s+not)"
+    r"|(?:am|'m|was|were)?\s*(?:not|n't)\s+able\s+to)"
     r"\s+(?:\w+\s+){0,2}?(?:see|view|make\s+out|access|open|load|process|read|recogni[sz]e"
     r"|discern|analy[sz]e|interpret)\b"
+    # "I don't see any dog" answers the question; "I don't see any image" refuses it
+    r"|\b(?:i|we)\s+(?:don'?t|do\s+not|didn'?t|did\s+not)\s+(?:see|have)\s+(?:an|any|the)?\s*"
+    r"(?:image|picture|photo|attachment)s?\b"
     r"|\btoo\s+(?:blurry|blurred|dark|grainy|pixelated|low[-\s]resolution|faint)\s+to\s+"
     r"(?:see|read|tell|make|determine|identify|count|answer)\b"
     r"|\b(?:provide|upload|send|share|attach|give\s+me)\s+(?:me\s+)?(?:with\s+)?"
