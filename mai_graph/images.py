@@ -386,20 +386,26 @@ def image_ref(source: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageRef:
 # -- the image store ---------------------------------------------------------------------------
 
 
-def _store_limit() -> int:
-    raw = os.environ.get("MAI_GRAPH_IMAGE_STORE_MB")
+def _env_bytes(name: str, default_mb: float, *, zero: bool, must: str, fix: str) -> int:
+    """``$name`` in bytes: megabytes (``default_mb`` when unset), finite, above 0 or ``zero``.
+
+    Raises:
+        ConfigError: Not such a number; the message says it ``must`` be, the fix is ``fix``.
+    """
+    raw = os.environ.get(name)
     try:
-        mb = float(raw) if raw else DEFAULT_STORE_MB
+        mb = float(raw) if raw else default_mb
     except ValueError:
         mb = -1.0
-    if not mb > 0:
-        raise ConfigError(
-            f"MAI_GRAPH_IMAGE_STORE_MB must be a positive number of MB, got {raw!r}",
-            parameter="MAI_GRAPH_IMAGE_STORE_MB",
-            value=raw,
-            fix="set it to e.g. 1024, or unset it",
-        )
+    if not ((0 <= mb) if zero else (0 < mb)) or mb == float("inf"):
+        raise ConfigError(f"{name} must be {must}, got {raw!r}", parameter=name, value=raw, fix=fix)
     return int(mb * 1_000_000)
+
+
+def _store_limit() -> int:
+    return _env_bytes("MAI_GRAPH_IMAGE_STORE_MB", DEFAULT_STORE_MB, zero=False,
+                      must="a positive number of MB",
+                      fix="set it to e.g. 1024, or unset it")  # fmt: skip
 
 
 def store_dir() -> Path:
@@ -542,19 +548,9 @@ def pixel_cache_limit() -> int:
     Raises:
         ConfigError: The variable is not a number >= 0.
     """
-    raw = os.environ.get("MAI_GRAPH_PIXEL_CACHE_MB")
-    try:
-        mb = float(raw) if raw else DEFAULT_PIXEL_CACHE_MB
-    except ValueError:
-        mb = -1.0
-    if not 0 <= mb < float("inf"):
-        raise ConfigError(
-            f"MAI_GRAPH_PIXEL_CACHE_MB must be a number of MB >= 0, got {raw!r}",
-            parameter="MAI_GRAPH_PIXEL_CACHE_MB",
-            value=raw,
-            fix="set it to e.g. 256 (0: no cache), or unset it",
-        )
-    return int(mb * 1_000_000)
+    return _env_bytes("MAI_GRAPH_PIXEL_CACHE_MB", DEFAULT_PIXEL_CACHE_MB, zero=True,
+                      must="a number of MB >= 0",
+                      fix="set it to e.g. 256 (0: no cache), or unset it")  # fmt: skip
 
 
 def pixel_bytes(value: PILImage.Image | list[PILImage.Image]) -> int:
