@@ -7,10 +7,8 @@ below the held-out accuracies, so they catch a broken pair, not noise.
 
 import pytest
 
-from mai_graph import MAIContext, arun
-from mai_graph.eval.scorers import score
-from mai_graph.pair import PAIR_DIR, read_manifest
-from mai_graph.pair.task import heldout_items
+from mai_graph.pair import PAIR_DIR
+from tests.pair_items import ask, held_out, right
 
 pytestmark = pytest.mark.engine
 
@@ -37,26 +35,7 @@ def trained(request):
 
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pair-items")
-    out = []
-    for i, item in enumerate(heldout_items(N, seed=read_manifest(PAIR_DIR)["heldout"]["seed"])):
-        path = folder / f"{i}.png"
-        item.image.save(path)
-        out.append((item, str(path)))
-    return out
-
-
-def right(answer, item):
-    row = item.row
-    return score(answer, row["answer"], row["kind"], row.get("options")).correct
-
-
-async def ask(item, path, small, large, **settings):
-    row = item.row
-    ctx = MAIContext(answer_kind=row["kind"], **settings)
-    return await arun(
-        row["question"], path, options=row.get("options"), small=small, large=large, context=ctx
-    )
+    return held_out(tmp_path_factory.mktemp("pair-items"), PAIR_DIR, N)
 
 
 async def test_short_answers_beat_chance_and_the_large_beats_the_small(trained, items):

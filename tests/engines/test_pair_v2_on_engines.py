@@ -9,10 +9,8 @@ accuracies are in the manifest and docs/tiny-pair.md.
 
 import pytest
 
-from mai_graph import MAIContext, arun
-from mai_graph.eval.scorers import score
-from mai_graph.pair import PAIRS, read_manifest
-from mai_graph.pair.task import heldout_items
+from mai_graph.pair import PAIRS
+from tests.pair_items import ask, held_out, right
 
 pytestmark = pytest.mark.engine
 
@@ -34,27 +32,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("v2-items")
-    seed = read_manifest(PAIRS["v2"])["heldout"]["seed"]
-    out = []
-    for i, item in enumerate(heldout_items(N, seed=seed, task="v2")):
-        path = folder / f"{i}.png"
-        item.image.save(path)
-        out.append((item, str(path)))
-    return out
-
-
-def right(answer, item):
-    row = item.row
-    return score(answer, row["answer"], row["kind"], row.get("options")).correct
-
-
-async def ask(item, path, small, large, **settings):
-    row = item.row
-    ctx = MAIContext(answer_kind=row["kind"], **settings)
-    return await arun(
-        row["question"], path, options=row.get("options"), small=small, large=large, context=ctx
-    )
+    return held_out(tmp_path_factory.mktemp("v2-items"), PAIRS["v2"], N, task="v2")
 
 
 async def test_the_v2_pair_answers_and_its_reasoning_counts(pair, items):
