@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, cast
 
+from mai_graph import tracing
 from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend, check_backend
 from mai_graph.context import MAIContext
@@ -128,7 +129,9 @@ async def arun(
         ctx = ctx.replace(**settings)
     start = time.perf_counter()
     inputs = _inputs(question, image, options, images, video)
-    out = await _compiled(small, large).ainvoke(inputs, context=ctx)
+    with tracing.run_span("python", ctx) as span:
+        out = await _compiled(small, large).ainvoke(inputs, context=ctx)
+        tracing.finish_run(span, out)
     return MAIResult.from_output(out, time.perf_counter() - start)
 
 

@@ -38,6 +38,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from mai_graph import tracing
 from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
@@ -403,7 +404,11 @@ class MAIChatModel(BaseChatModel):
     ) -> ChatResult:
         inputs, ctx = self._inputs(messages, stop, kwargs)
         start = time.perf_counter()
-        out = await self._compiled().ainvoke(inputs, self._child_config(run_manager), context=ctx)
+        with tracing.run_span("chat_model", ctx) as span:
+            out = await self._compiled().ainvoke(
+                inputs, self._child_config(run_manager), context=ctx
+            )
+            tracing.finish_run(span, out)
         message = result_message(out, time.perf_counter() - start, name=self._reply_name())
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -444,19 +449,21 @@ class MAIChatModel(BaseChatModel):
         start = time.perf_counter()
         final: dict[str, Any] = {}
         streamed = ""
-        async for mode, chunk in self._compiled().astream(
-            inputs,
-            self._child_config(parent),
-            context=ctx,
-            stream_mode=["custom", "values"],
-        ):
-            if mode == "values":
-                final = chunk
-            elif chunk.get("event") == "token" and chunk.get("node") == "answer":
-                streamed += chunk["text"]
-                yield ChatGenerationChunk(
-                    message=AIMessageChunk(content=chunk["text"], name=self._reply_name())
-                )
+        with tracing.run_span("chat_model", ctx) as span:
+            async for mode, chunk in self._compiled().astream(
+                inputs,
+                self._child_config(parent),
+                context=ctx,
+                stream_mode=["custom", "values"],
+            ):
+                if mode == "values":
+                    final = chunk
+                elif chunk.get("event") == "token" and chunk.get("node") == "answer":
+                    streamed += chunk["text"]
+                    yield ChatGenerationChunk(
+                        message=AIMessageChunk(content=chunk["text"], name=self._reply_name())
+                    )
+            tracing.finish_run(span, final)
         message = result_message(final, time.perf_counter() - start, name=self._reply_name())
         rest = message.content[len(streamed) :] if isinstance(message.content, str) else ""
         yield ChatGenerationChunk(

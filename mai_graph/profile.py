@@ -153,7 +153,21 @@ def _sample(role: str, group: str, gen: Any, wall: float, image: bool, con: bool
         image,
         con,
     )
-    return CallSample(shape, gen.latency_s, wall, group=group)
+    return CallSample(shape, engine_seconds(gen), wall, group=group)
+
+
+def engine_seconds(gen: Any) -> float:
+    """A call's engine time net of queueing: what its shape costs, whatever else was running.
+
+    Where the backend reports the engine's own stages (``queue_s``), the wait before the
+    engine scheduled the call is taken out of its latency; otherwise the latency as measured.
+
+    >>> from mai_graph.backends.base import Generation
+    >>> engine_seconds(Generation("x", "m", 3, 1, 0.5, queue_s=0.2))
+    0.3
+    """
+    queued = getattr(gen, "queue_s", None) or 0.0
+    return max(float(gen.latency_s) - queued, 0.0)
 
 
 def _verify_request(fresh: Fresh, ctx: MAIContext, image: Any) -> GenerationRequest:

@@ -62,20 +62,25 @@ def _who(m: Mapping[str, Any]) -> str:
 def format_calls(metrics: Sequence[Mapping[str, Any]]) -> str:
     """A table of per-call metrics (one row per model call).
 
-    The role reads ``small@2`` for a chain's stage 2 and ``small#1`` for draft 1.
+    The role reads ``small@2`` for a chain's stage 2 and ``small#1`` for draft 1. ``img`` is
+    the prompt's image tokens; ``queue``, ``prefill`` and ``decode`` are the engine's own stage
+    timings in ms ("-" where the backend gives none).
     """
     width = max([6] + [len(_who(m)) for m in metrics])
     head = (
-        f"  {'node':<8} {'role':<{width}} {'prompt':>7} {'cached':>7} {'gen':>5} {'ms':>7} "
-        f"{'ttft':>6} {'p':>5}"
+        f"  {'node':<8} {'role':<{width}} {'prompt':>7} {'img':>5} {'cached':>7} {'gen':>5} "
+        f"{'ms':>7} {'ttft':>6} {'queue':>6} {'prefill':>7} {'decode':>7} {'p':>5}"
     )
     rows = [head]
     for m in metrics:
         cached = "-" if m["cached_tokens"] is None else str(m["cached_tokens"])
+        image = m.get("image_tokens")
         rows.append(
-            f"  {m['node']:<8} {_who(m):<{width}} {m['prompt_tokens']:>7} {cached:>7} "
+            f"  {m['node']:<8} {_who(m):<{width}} {m['prompt_tokens']:>7} "
+            f"{'-' if image is None else image:>5} {cached:>7} "
             f"{m['generated_tokens']:>5} {_ms(m['latency_s']):>7} {_ms(m['ttft_s']):>6} "
-            f"{_prob(m.get('answer_prob')):>5}"
+            f"{_ms(m.get('queue_s')):>6} {_ms(m.get('prefill_s')):>7} "
+            f"{_ms(m.get('decode_s')):>7} {_prob(m.get('answer_prob')):>5}"
         )
     return "\n".join(rows)
 

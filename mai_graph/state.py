@@ -64,6 +64,15 @@ class NodeMetrics(TypedDict):
     latency_s: float
     ttft_s: float | None
     """Time to first token, when the backend reports it."""
+    queue_s: NotRequired[float | None]
+    """The engine's own stage timings (None where the backend cannot give them; absent from
+    records written before they existed): the wait before the engine scheduled the call."""
+    prefill_s: NotRequired[float | None]
+    """Scheduled to first token: the prefill, vision encoding included, net of queueing."""
+    decode_s: NotRequired[float | None]
+    """First token to last token."""
+    image_tokens: NotRequired[int | None]
+    """Prompt tokens that stand for images and video frames."""
     stage: NotRequired[int]
     """Graphs over a chain of models: the stage of the call (stage ``s`` pairs the chain's
     model ``s - 1`` as ``small`` with model ``s`` as ``large``)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from mai_graph import tracing
 from mai_graph.backends.select import backends_from_env
 from mai_graph.context import mai_settings
 from mai_graph.graph import create_mai_graph
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 image_policy = ImagePolicy.from_env()
+tracing.configure_from_env()  # MAI_GRAPH_OTEL=otlp in the server's environment: node and call spans
 """The images this server accepts (read once, at start-up)."""
 
 _small, _large = backends_from_env()

@@ -11,6 +11,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 from langgraph.types import Overwrite
 
+from mai_graph import tracing
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
 from mai_graph.context import MAIContext, mai_settings
 from mai_graph.lineup import Lineup
@@ -66,13 +67,25 @@ class Node(Runnable[MAIState, Update]):
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Run the core to completion from sync code."""
-        return run_sync(self.core(input, RunScope.of(get_runtime(), config)))
+        return run_sync(self._run(input, RunScope.of(get_runtime(), config)))
 
     async def ainvoke(
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Await the core."""
-        return await self.core(input, RunScope.of(get_runtime(), config))
+        return await self._run(input, RunScope.of(get_runtime(), config))
+
+    def _run(self, state: MAIState, scope: RunScope) -> Coroutine[Any, Any, Update]:
+        if not tracing.enabled():
+            return self.core(state, scope)
+        return self._traced(state, scope)
+
+    async def _traced(self, state: MAIState, scope: RunScope) -> Update:
+        """The core in a span of its own (tracing on)."""
+        with tracing.node_span(self.name or "node") as span:
+            update = await self.core(state, scope)
+            tracing.finish_node(span, update)
+            return update
 
 
 def _discard(_: Any) -> None:
@@ -155,14 +168,17 @@ async def call(
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
     **record}`` when the call ends; otherwise the events go nowhere.
     """
-    if streams(backend):
-        gen = await backend.generate_stream(
-            request,
-            lambda text: write({"event": "token", "node": node, "role": role, "text": text}),
-        )
-    else:
-        gen = await backend.generate(request)
-    rec = record(node, role, gen, answer_probability(gen) if request.purpose != "cot" else None)
+    with tracing.call_span(backend, request, node, role) as span:
+        if streams(backend):
+            gen = await backend.generate_stream(
+                request,
+                lambda text: write({"event": "token", "node": node, "role": role, "text": text}),
+            )
+        else:
+            gen = await backend.generate(request)
+        prob = answer_probability(gen) if request.purpose != "cot" else None
+        tracing.finish_call(span, gen, prob)
+    rec = record(node, role, gen, prob)
     write({"event": "metrics", **rec})
     return gen, rec
 
@@ -178,6 +194,10 @@ def record(node: str, role: str, gen: Generation, answer_prob: float | None) -> 
         generated_tokens=gen.generated_tokens,
         latency_s=gen.latency_s,
         ttft_s=gen.ttft_s,
+        queue_s=gen.queue_s,
+        prefill_s=gen.prefill_s,
+        decode_s=gen.decode_s,
+        image_tokens=gen.image_tokens,
         finish_reason=gen.finish_reason,
         answer_prob=answer_prob,
         text=gen.text,

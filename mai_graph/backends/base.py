@@ -6,7 +6,7 @@ import itertools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, TypeGuard, runtime_checkable
 
 from mai_graph.errors import ConfigError
 from mai_graph.images import ImageRef
@@ -20,6 +20,7 @@ __all__ = [
     "LogprobsBackend",
     "ManagedBackend",
     "Purpose",
+    "StageTimes",
     "StreamingBackend",
     "TextCallback",
     "VLMBackend",
@@ -115,6 +116,14 @@ class GenerationRequest:
         return [p["video"] for m in self.messages for p in m["content"] if p["type"] == "video"]
 
 
+class StageTimes(TypedDict):
+    """An engine's own timings of one call, in seconds (None where it gives none)."""
+
+    queue_s: float | None
+    prefill_s: float | None
+    decode_s: float | None
+
+
 @dataclass(frozen=True, slots=True)
 class Generation:
     """What a backend returns for one request."""
@@ -134,6 +143,15 @@ class Generation:
     prompt_logprobs: tuple[float | None, ...] | None = None
     tokens: tuple[str, ...] | None = None
     """Text piece of each generated token, when the backend has a tokenizer."""
+    queue_s: float | None = None
+    """The engine's own stage timings, where the backend can give them (None where not):
+    ``queue_s`` is the wait before the engine scheduled the request."""
+    prefill_s: float | None = None
+    """Scheduled to first token: the prefill (vision encoding included), net of queueing."""
+    decode_s: float | None = None
+    """First token to last token."""
+    image_tokens: int | None = None
+    """Prompt tokens that stand for images and video frames (the vision encoder's output)."""
 
 
 @runtime_checkable

@@ -128,6 +128,11 @@ class _FakeEngine:
             generated_tokens=len(words),
             latency_s=elapsed,
             ttft_s=elapsed,
+            # Scripted stages: the whole (simulated) latency is the prefill; nothing queues.
+            queue_s=0.0,
+            prefill_s=elapsed,
+            decode_s=0.0,
+            image_tokens=sum(1 for t in prompt if t.startswith(("<img:", "<vid:"))),
             finish_reason=finish,
             logprobs=logprobs,
             tokens=tuple(w if i == 0 else " " + w for i, w in enumerate(words)),

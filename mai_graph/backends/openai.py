@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import thinking_for
 from mai_graph.errors import BackendError, ConfigError
@@ -289,6 +290,7 @@ class OpenAIBackend:
         pieces: list[str] = []
         finish = "stop"
         usage = None
+        timing: dict[str, Any] | None = None
         accepted = False  # the server answered with a stream: the request is in flight
         try:
             stream = await self.client.chat.completions.create(**body)
@@ -296,6 +298,7 @@ class OpenAIBackend:
             async for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
+                    timing = (chunk.model_extra or {}).get("metrics") or timing
                 for choice in chunk.choices:
                     delta = choice.delta.content or ""
                     if delta:
@@ -349,6 +352,7 @@ class OpenAIBackend:
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         return Generation(
+            **served_stage_times(timing),
             text="".join(text),
             model=self.name,
             prompt_tokens=int(usage.prompt_tokens),
@@ -364,3 +368,32 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def served_stage_times(metrics: Any) -> StageTimes:
+    """Queue, prefill and decode seconds from the ``metrics`` a server sent, where it did.
+
+    ``vllm serve --enable-per-request-metrics`` puts the engine's own timings on the last
+    (usage) chunk: ``queue_time_ms``, ``time_to_first_token_ms`` (first token net of queueing:
+    the prefill) and ``generation_time_ms`` (first to last token). Without the flag, or from
+    other servers, they are None. What a server never returns: how many prompt tokens were
+    image tokens (``image_tokens`` stays None).
+
+    >>> served_stage_times({"queue_time_ms": 2.0, "time_to_first_token_ms": 30.0})
+    {'queue_s': 0.002, 'prefill_s': 0.03, 'decode_s': None}
+    >>> served_stage_times("nonsense")
+    {'queue_s': None, 'prefill_s': None, 'decode_s': None}
+    """
+    got = metrics if isinstance(metrics, dict) else {}
+
+    def seconds(key: str) -> float | None:
+        value = got.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return None
+        return value / 1000.0 if math.isfinite(value) and value >= 0 else None
+
+    return {
+        "queue_s": seconds("queue_time_ms"),
+        "prefill_s": seconds("time_to_first_token_ms"),
+        "decode_s": seconds("generation_time_ms"),
+    }

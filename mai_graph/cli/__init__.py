@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from mai_graph import tracing
 from mai_graph.backends.select import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError
@@ -415,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.verbose or os.environ.get("MAI_GRAPH_VERBOSE")):
         quiet_engines()
     try:
+        tracing.configure_from_env()  # MAI_GRAPH_OTEL=otlp: spans over OTLP/HTTP
         return int(args.func(args))
     except BackendError as exc:
         print(f"mai-graph: backend error: {exc}", file=sys.stderr)

@@ -87,6 +87,11 @@ class CallRecord(_Line):
     generated_tokens: int
     latency_s: float
     ttft_s: float | None = None
+    queue_s: float | None = None
+    """The engine's own stage timings and image-token count, where the backend gives them."""
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    image_tokens: int | None = None
     finish_reason: str = "stop"
     text: str | None = None
     """What the model wrote."""

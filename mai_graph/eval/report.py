@@ -112,6 +112,29 @@ def _split_tokens(out: Outcome) -> dict[str, dict[str, int]]:
     return split
 
 
+STAGES = ("queue_s", "prefill_s", "decode_s")
+"""The engines' own stage timings a call record may carry."""
+
+
+def _stage_summary(outs: Sequence[Outcome]) -> dict[str, Any] | None:
+    """Mean seconds per run in each engine stage, summed over the calls on its path.
+
+    Per stage, from the runs whose every path call reports it (None when no run does);
+    ``image_tokens`` is the mean image tokens per run. None when no call had stage timings.
+    """
+    out: dict[str, Any] = {}
+    for stage in STAGES:
+        runs = [
+            o.path for o in outs if o.path and all(getattr(c, stage) is not None for c in o.path)
+        ]
+        out[stage] = _mean([sum(getattr(c, stage) for c in path) for path in runs])
+    images = [sum(c.image_tokens or 0 for c in o.path) for o in outs if o.path]
+    out["image_tokens"] = (
+        _mean(images) if any(c.image_tokens is not None for o in outs for c in o.path) else None
+    )
+    return out if any(out[stage] is not None for stage in STAGES) else None
+
+
 def _cost_summary(outs: list[Outcome], prices: dict[str, Price] | None) -> dict[str, Any] | None:
     if not prices:
         return None
@@ -143,6 +166,7 @@ def _policy_summary(
             "share": len(group) / n,
             "mean_latency_s": _mean([o.latency_s for o in group]),
             "predicted_latency_s": latency_model(route, group) if latency_model else None,
+            "stages_s": _stage_summary(group),
         }
     return {
         "n": n,
@@ -347,6 +371,27 @@ def _predicted_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _stage_lines(report: dict[str, Any]) -> list[str]:
+    """The engines' own stage timings per route, when the backends reported them."""
+    rows = [
+        (policy, route, r["stages_s"])
+        for policy, s in report["policies"].items()
+        for route, r in s["routes"].items()
+        if r.get("stages_s")
+    ]
+    if not rows:
+        return []
+    lines = ["", "per route, engine stages (mean ms per run, the path's calls summed):"]
+    for policy, route, st in rows:
+        image = st.get("image_tokens")
+        lines.append(
+            f"  {policy:<10} {route:<16} queue {_ms(st['queue_s']):>6}   prefill "
+            f"{_ms(st['prefill_s']):>6}   decode {_ms(st['decode_s']):>6}   image tokens "
+            f"{'-' if image is None else f'{image:.0f}'}"
+        )
+    return lines
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as the plain-text table ``mai-graph eval`` prints."""
     rows = [list(_COLUMNS), *_table_rows(report)]
@@ -362,6 +407,7 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"mai routes: {_route_line(mai)}")
     lines += _predicted_lines(report)
+    lines += _stage_lines(report)
     lines += _benchmark_lines(report)
     lines += _transfer_lines(report)
     lines += _token_lines(report)
@@ -515,17 +561,20 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
     for policy, s in report["policies"].items():
         for route, r in s["routes"].items():
             predicted = r["predicted_latency_s"]
+            st = r.get("stages_s") or {}
             route_rows.append(
                 [policy, route, str(r["n"]), _pct(r["share"]), _ms(r["mean_latency_s"]),
-                 _ms(predicted)]
+                 _ms(predicted), _ms(st.get("queue_s")), _ms(st.get("prefill_s")),
+                 _ms(st.get("decode_s"))]
             )  # fmt: skip
-    lines.append(
-        _md_table(["policy", "route", "n", "share", "measured ms", "predicted ms"], route_rows)
-    )
+    header = ["policy", "route", "n", "share", "measured ms", "predicted ms"]
+    lines.append(_md_table([*header, "queue ms", "prefill ms", "decode ms"], route_rows))
     lines += [
         "",
         "`predicted ms` is modelled, filled when a latency model is given "
-        "(`eval --latency-model`; `-` until then).",
+        "(`eval --latency-model`; `-` until then). `queue`, `prefill` and `decode` are the "
+        "engines' own stage timings per run (the path's calls summed; `-` where the backend "
+        "gives none).",
     ]
     cq = report.get("cost_quality")
     if cq:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
+from mai_graph import tracing
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
@@ -194,17 +195,21 @@ class _Evaluation:
         branches = policy == "mai" and self.branches
         start = time.perf_counter()
         forks: list[tuple[float, bool, dict[str, Any]]] = []
-        if branches and self.forking is not None:
-            thread = {"configurable": {"thread_id": f"eval-{uuid.uuid4().hex}"}}
-            out = await self.forking.ainvoke(
-                sample.graph_input(), thread, context=ctx, output_keys=self.keys
-            )
-            try:
-                forks = await self._forks(thread, ctx)
-            finally:
-                await self.saver.adelete_thread(thread["configurable"]["thread_id"])
-        else:
-            out = await self.graph.ainvoke(sample.graph_input(), context=ctx, output_keys=self.keys)
+        with tracing.run_span("eval", ctx) as span:
+            if branches and self.forking is not None:
+                thread = {"configurable": {"thread_id": f"eval-{uuid.uuid4().hex}"}}
+                out = await self.forking.ainvoke(
+                    sample.graph_input(), thread, context=ctx, output_keys=self.keys
+                )
+                try:
+                    forks = await self._forks(thread, ctx)
+                finally:
+                    await self.saver.adelete_thread(thread["configurable"]["thread_id"])
+            else:
+                out = await self.graph.ainvoke(
+                    sample.graph_input(), context=ctx, output_keys=self.keys
+                )
+            tracing.finish_run(span, out)
         wall = time.perf_counter() - start
         calls = self._calls(policy, sample, out, ctx.keep_ratio if branches else None)
         for ratio, masked, fork in forks:
@@ -291,6 +296,10 @@ class _Evaluation:
                     generated_tokens=m["generated_tokens"],
                     latency_s=m["latency_s"],
                     ttft_s=m.get("ttft_s"),
+                    queue_s=m.get("queue_s"),
+                    prefill_s=m.get("prefill_s"),
+                    decode_s=m.get("decode_s"),
+                    image_tokens=m.get("image_tokens"),
                     finish_reason=m.get("finish_reason", "stop"),
                     answer_prob=m.get("answer_prob"),
                     text=text,

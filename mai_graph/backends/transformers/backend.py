@@ -256,7 +256,7 @@ class TransformersBackend:
         cancel = threading.Event()
         self._active.add(cancel)
         worker = asyncio.get_running_loop().run_in_executor(
-            None, self._serve, request, cancel, on_text
+            None, self._serve, request, cancel, on_text, time.perf_counter()
         )
         worker.add_done_callback(lambda _: self._active.discard(cancel))
         try:
@@ -267,13 +267,17 @@ class TransformersBackend:
             raise
 
     def _serve(
-        self, request: GenerationRequest, cancel: threading.Event, on_text: TextCallback | None
+        self,
+        request: GenerationRequest,
+        cancel: threading.Event,
+        on_text: TextCallback | None,
+        submitted: float,
     ) -> Generation:
-        with self._lock:
+        with self._lock:  # one request at a time: the wait for it is the call's queue time
             if cancel.is_set():
                 raise BackendError(f"{self.name}: request {request.request_id} was cancelled")
             try:
-                return self._generate(request, cancel, on_text)
+                return self._generate(request, cancel, on_text, submitted)
             except (BackendError, ConfigError):
                 raise
             except Exception as exc:
@@ -282,7 +286,11 @@ class TransformersBackend:
                 ) from exc
 
     def _generate(
-        self, request: GenerationRequest, cancel: threading.Event, on_text: TextCallback | None
+        self,
+        request: GenerationRequest,
+        cancel: threading.Event,
+        on_text: TextCallback | None,
+        submitted: float | None = None,
     ) -> Generation:
         import torch
 
@@ -334,14 +342,21 @@ class TransformersBackend:
             if fed:
                 self._caches.store(key + tuple(fed), cache)
         out_ids = done.token_ids
+        end = time.perf_counter()
+        first = done.first_token_at
         return Generation(
+            # Its own steps, timed: the wait for the model, inputs + prefill, then decode.
+            queue_s=None if submitted is None else max(start - submitted, 0.0),
+            prefill_s=None if first is None else first - start,
+            decode_s=None if first is None else end - first,
+            image_tokens=sum(1 for t in key if t < 0),  # media tokens are negative in the key
             text=final_text(tok, out_ids, request.stop),
             model=self.name,
             prompt_tokens=len(key),
             cached_tokens=cached,
             generated_tokens=len(out_ids),
-            latency_s=time.perf_counter() - start,
-            ttft_s=None if done.first_token_at is None else done.first_token_at - start,
+            latency_s=end - start,
+            ttft_s=None if first is None else first - start,
             finish_reason=done.finish_reason,
             token_ids=tuple(out_ids),
             logprobs=None if done.logprobs is None else tuple(done.logprobs),

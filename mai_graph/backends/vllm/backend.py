@@ -32,9 +32,9 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
 from mai_graph.backends.extras import require_extra
-from mai_graph.backends.render import render, thinking_for, vocab_fingerprint
+from mai_graph.backends.render import media_ids, render, thinking_for, vocab_fingerprint
 from mai_graph.backends.vllm import _compat
 from mai_graph.backends.vllm.teardown import (
     ENGINE_EXIT_GRACE_S,
@@ -678,10 +678,14 @@ class VLLMBackend:
                 for tid, step in zip(final.prompt_token_ids or (), final.prompt_logprobs)
             )
         token_ids = tuple(completion.token_ids)
+        prompt_ids = final.prompt_token_ids or ()
+        media = media_ids(self._tokenizer)
         return Generation(
+            **stage_times(final.metrics),
+            image_tokens=sum(1 for t in prompt_ids if t in media) if media else None,
             text=completion.text,
             model=self.name,
-            prompt_tokens=len(final.prompt_token_ids or ()),
+            prompt_tokens=len(prompt_ids),
             cached_tokens=final.num_cached_tokens,
             generated_tokens=len(token_ids),
             latency_s=latency,
@@ -698,3 +702,35 @@ class VLLMBackend:
     def __repr__(self) -> str:
         state = "running" if self.started else "not started"
         return f"VLLMBackend({self.model!r}, name={self.name!r}, {state})"
+
+
+def stage_times(stats: Any) -> StageTimes:
+    """Queue, prefill and decode seconds from vLLM's per-request statistics.
+
+    ``RequestOutput.metrics`` is a ``RequestStateStats`` whose ``queued_ts``, ``scheduled_ts``,
+    ``first_token_ts`` and ``last_token_ts`` are the engine core's monotonic timestamps; it is
+    set while the engine logs statistics (vLLM's default; ``disable_log_stats=True`` turns it
+    off, and then these are None). The intervals are the ones ``vllm serve
+    --enable-per-request-metrics`` reports (``vllm/entrypoints/generate/base/serving.py``,
+    ``build_per_request_timing_metrics``): queue = scheduled - queued, prefill (time to first
+    token net of queueing) = first token - scheduled, decode = last token - first token.
+
+    >>> class S: queued_ts, scheduled_ts, first_token_ts, last_token_ts = 1.0, 1.5, 2.0, 3.0
+    >>> stage_times(S())
+    {'queue_s': 0.5, 'prefill_s': 0.5, 'decode_s': 1.0}
+    >>> stage_times(None)
+    {'queue_s': None, 'prefill_s': None, 'decode_s': None}
+    """
+    queued = getattr(stats, "queued_ts", 0.0) or 0.0
+    scheduled = getattr(stats, "scheduled_ts", 0.0) or 0.0
+    first = getattr(stats, "first_token_ts", 0.0) or 0.0
+    last = getattr(stats, "last_token_ts", 0.0) or 0.0
+
+    def span(a: float, b: float) -> float | None:
+        return max(b - a, 0.0) if a > 0 and b > 0 else None
+
+    return {
+        "queue_s": span(queued, scheduled),
+        "prefill_s": span(scheduled, first),
+        "decode_s": span(first, last),
+    }

@@ -1,0 +1,309 @@
+"""OpenTelemetry traces: run -> node -> call spans, nested under the caller's, never content.
+
+On the fakes, through the public doors, with the SDK's in-memory exporter; and through a real
+OTLP/HTTP receiver process fed by the ``mai-graph`` command (``tests/otlp_receiver.py``). The
+same on real engines: ``tests/engines/test_tracing_on_engines.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="installed with the otel extra")
+
+from langchain_core.messages import HumanMessage  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+from mai_graph import (  # noqa: E402
+    BackendError,
+    ConfigError,
+    FunctionBackend,
+    MAIChatModel,
+    ScriptedBackend,
+    arun,
+    run,
+    tracing,
+)
+from tests.otlp_receiver import receiver  # noqa: E402
+
+OPTIONS = ["red", "blue", "green", "yellow"]
+SECRET = "ZEBRA-MARKER-7781"
+
+
+@pytest.fixture
+def exporter():
+    """Tracing on, into memory, for one test; off again afterwards."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracing.enable(provider)
+    try:
+        yield memory, provider
+    finally:
+        tracing.disable()
+
+
+def transfer_pair(cot: str = "the square is blue and the circle is red"):
+    small = ScriptedBackend({"short": "A", "cot": cot, "s2": "B"}, name="small-m")
+    large = ScriptedBackend({"short": "C", "answer": "B"}, name="large-m")
+    return small, large
+
+
+def by_name(spans):
+    out: dict[str, list] = {}
+    for s in spans:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+def parent_of(span, spans):
+    if span.parent is None:
+        return None
+    return next((s for s in spans if s.context.span_id == span.parent.span_id), None)
+
+
+def test_a_transfer_run_is_one_run_span_over_node_spans_over_call_spans(exporter):
+    memory, _ = exporter
+    small, large = transfer_pair()
+    result = run("Which colour?", options=OPTIONS, small=small, large=large)
+    assert result.route == "transfer"
+    spans = memory.get_finished_spans()
+    names = by_name(spans)
+    (root,) = names["invoke_agent mai"]
+    assert root.attributes["mai.route"] == "transfer"
+    assert root.attributes["mai.door"] == "python"
+    assert root.attributes["gen_ai.agent.name"] == "mai"
+    assert root.attributes["mai.gate.agreed"] is False
+    total_in = sum(m["prompt_tokens"] for m in result.metrics)
+    assert root.attributes["gen_ai.usage.input_tokens"] == total_in
+    nodes = [s for s in spans if s.name.startswith("node ")]
+    assert {s.attributes["mai.node"] for s in nodes} >= {
+        "verify", "reason", "extract", "sparsify", "answer",
+    }  # fmt: skip
+    assert all(parent_of(s, spans) is root for s in nodes)
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert len(calls) == len(result.metrics) == 5
+    for span, rec in zip(sorted(calls, key=lambda s: s.start_time), result.metrics):
+        a = span.attributes
+        assert parent_of(span, spans).attributes["mai.node"] == rec["node"]
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.request.model"] == rec["model"]
+        assert a["gen_ai.usage.input_tokens"] == rec["prompt_tokens"]
+        assert a["gen_ai.usage.output_tokens"] == rec["generated_tokens"]
+        assert a["gen_ai.response.finish_reasons"] == (rec["finish_reason"],)
+        assert a["mai.role"] == rec["role"]
+        assert a["mai.prefill_s"] == rec["prefill_s"] and a["mai.queue_s"] == 0.0
+    sparsify = next(s for s in nodes if s.attributes["mai.node"] == "sparsify")
+    assert 0 < sparsify.attributes["mai.sparsify.kept_ratio"] <= 1
+    assert root.attributes["mai.sparsify.kept_ratio"] == sparsify.attributes[
+        "mai.sparsify.kept_ratio"
+    ]
+
+
+def test_an_agreeing_run_records_the_gate_and_its_probabilities(exporter):
+    memory, _ = exporter
+    small = ScriptedBackend({"short": "B"}, name="s", probs={"short": 0.9})
+    large = ScriptedBackend({"short": "B"}, name="l", probs={"short": 0.8})
+    assert run("Which?", options=OPTIONS, small=small, large=large).route == "agree"
+    (root,) = by_name(memory.get_finished_spans())["invoke_agent mai"]
+    assert root.attributes["mai.route"] == "agree" and root.attributes["mai.gate.agreed"]
+    assert root.attributes["mai.gate.small_prob"] == pytest.approx(0.9)
+    assert root.attributes["mai.gate.large_prob"] == pytest.approx(0.8)
+
+
+def test_spans_nest_under_the_callers_span_in_a_langgraph_app(exporter):
+    """A LangGraph app calling MAI inside its own trace: MAI's spans are children of it."""
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    memory, provider = exporter
+    small, large = transfer_pair()
+
+    class AppState(TypedDict, total=False):
+        question: str
+        answer: str
+
+    async def ask(state: AppState) -> AppState:
+        out = await arun(state["question"], options=OPTIONS, small=small, large=large)
+        return {"answer": out.canonical}
+
+    app = StateGraph(AppState)
+    app.add_node("ask", ask)
+    app.add_edge(START, "ask")
+    app.add_edge("ask", END)
+    compiled = app.compile()
+    tracer = provider.get_tracer("user-app")
+
+    async def go():
+        with tracer.start_as_current_span("user request"):
+            return await compiled.ainvoke({"question": "Which colour?"})
+
+    assert asyncio.run(go())["answer"] == "B"
+    spans = memory.get_finished_spans()
+    (user,) = by_name(spans)["user request"]
+    (root,) = by_name(spans)["invoke_agent mai"]
+    assert parent_of(root, spans) is user
+    assert {s.context.trace_id for s in spans} == {user.context.trace_id}
+
+
+def test_a_compiled_graph_invoked_directly_nests_node_spans_under_the_current_span(exporter):
+    from mai_graph import create_mai_graph
+
+    memory, provider = exporter
+    graph = create_mai_graph(*transfer_pair()).compile()
+    with provider.get_tracer("user-app").start_as_current_span("outer"):
+        out = graph.invoke({"question": "Which?", "options": OPTIONS}, context={})
+    assert out["route"] == "transfer"
+    spans = memory.get_finished_spans()
+    (outer,) = by_name(spans)["outer"]
+    nodes = [s for s in spans if s.name.startswith("node ")]
+    assert nodes and all(parent_of(s, spans) is outer for s in nodes)
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert len(calls) == 5 and all(parent_of(c, spans) in nodes for c in calls)
+
+
+def _png_data_url() -> tuple[str, str]:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), (12, 200, 90)).save(buf, format="PNG")
+    b64 = base64.b64encode(buf.getvalue()).decode()
+    return f"data:image/png;base64,{b64}", b64
+
+
+def _dump(spans) -> str:
+    return json.dumps(
+        [
+            {
+                "name": s.name,
+                "attributes": dict(s.attributes),
+                "events": [(e.name, dict(e.attributes)) for e in s.events],
+                "status": s.status.description,
+                "resource": dict(s.resource.attributes),
+            }
+            for s in spans
+        ],
+        default=str,
+    )
+
+
+def test_spans_hold_no_question_answer_reasoning_or_image_bytes(exporter):
+    memory, _ = exporter
+    url, b64 = _png_data_url()
+    cot = f"I think {SECRET}-reasoning the square is blue"
+    small = ScriptedBackend({"short": "A", "cot": cot, "s2": "B"}, name="s")
+    large = ScriptedBackend({"short": "C", "answer": "B"}, name="l")
+    question = f"Which colour is the square? {SECRET}-question"
+    options = [f"{SECRET}-red", "blue", "green"]
+    result = run(question, url, options=options, small=small, large=large)
+    assert result.route == "transfer"
+    # The chat model door too, with the image as a LangChain image block.
+    chat = MAIChatModel(small=small, large=large, options=options)
+    chat.invoke([HumanMessage(content=[
+        {"type": "text", "text": question},
+        {"type": "image", "base64": b64, "mime_type": "image/png"},
+    ])])  # fmt: skip
+    spans = memory.get_finished_spans()
+    assert len(by_name(spans)["invoke_agent mai"]) == 2
+    dumped = _dump(spans)
+    assert SECRET not in dumped
+    assert b64[:40] not in dumped and b64[-40:] not in dumped
+    assert "the square is blue" not in dumped
+
+
+def test_a_failed_call_marks_its_spans_without_quoting_the_input(exporter):
+    memory, _ = exporter
+
+    def broken(request):
+        if request.purpose == "cot":
+            raise BackendError(f"engine fell over on {SECRET}", parameter="request")
+        return "A" if request.purpose == "short" else "B"
+
+    small = FunctionBackend(broken, name="s")
+    large = ScriptedBackend({"short": "C", "answer": "B"}, name="l")
+    with pytest.raises(BackendError):
+        run(f"Which? {SECRET}", options=OPTIONS, small=small, large=large)
+    spans = memory.get_finished_spans()
+    failed = [s for s in spans if s.status.status_code == StatusCode.ERROR]
+    names = {s.name for s in failed}
+    assert {"chat s", "node reason", "invoke_agent mai"} <= names
+    for span in failed:
+        assert span.attributes["error.type"] == "BackendError"
+        assert span.status.description == "BackendError (parameter request)"
+    assert SECRET not in _dump(spans)
+
+
+def test_tracing_off_records_nothing(exporter):
+    memory, _ = exporter
+    tracing.disable()
+    assert not tracing.enabled()
+    assert run("Which?", options=OPTIONS, small=transfer_pair()[0], large=transfer_pair()[1])
+    assert memory.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize("value", ["yes please", "otel", "2"])
+def test_an_unknown_tracing_mode_is_refused(value):
+    with pytest.raises(ConfigError) as err:
+        tracing.configure_from_env({"MAI_GRAPH_OTEL": value})
+    assert err.value.parameter == "MAI_GRAPH_OTEL" and "otlp" in err.value.fix
+    assert not tracing.enabled()
+
+
+@pytest.mark.parametrize("value", ["", "0", "off"])
+def test_tracing_stays_off_without_a_mode(value):
+    assert tracing.configure_from_env({"MAI_GRAPH_OTEL": value}) is False
+
+
+def test_the_command_line_refuses_a_bad_tracing_mode():
+    env = {**os.environ, "MAI_GRAPH_OTEL": "sometimes"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mai_graph.cli", "run", "Is it red?"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "MAI_GRAPH_OTEL" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_command_exports_its_trace_to_a_real_otlp_receiver(tmp_path):
+    """``MAI_GRAPH_OTEL=otlp mai-graph run``: the spans arrive over OTLP/HTTP, flushed at exit."""
+    with receiver(tmp_path) as otlp:
+        env = {
+            **os.environ,
+            "MAI_GRAPH_OTEL": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+            "OTEL_SERVICE_NAME": "mai-test",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "mai_graph.cli", "run", "Which colour?", "--json",
+             "--option", "red", "--option", "blue"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        spans = otlp.spans()
+    names = [s["name"] for s in spans]
+    (root,) = [s for s in spans if s["name"] == "invoke_agent mai"]
+    assert root["service"] == "mai-test" and root["scope"] == "mai_graph"
+    assert root["attributes"]["mai.route"] == out["route"]
+    calls = [s for s in spans if s["name"].startswith("chat ")]
+    assert len(calls) == len(out["metrics"]) and "node verify" in names
+    ids = {s["span_id"]: s for s in spans}
+    for call in calls:
+        node = ids[call["parent_id"]]
+        assert node["name"].startswith("node ") and ids[node["parent_id"]] is root
+        assert call["kind"] == 3  # SPAN_KIND_CLIENT
+        assert call["attributes"]["gen_ai.usage.input_tokens"] > 0
+    assert len({s["trace_id"] for s in spans}) == 1
