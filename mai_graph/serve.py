@@ -25,9 +25,10 @@ Images come from others, so they pass :class:`~mai_graph.sources.ImagePolicy` (d
 so a refused image is a 400 in streaming mode too. Requests carry ``Authorization: Bearer KEY``
 when the app has keys (compared in constant time). Every run shares the app's backends, so
 concurrent requests are batched by the engines; ``max_concurrency`` bounds the runs in flight
-(the rest wait their turn).
+(the rest wait their turn). ``GET /metrics`` serves route counts, latencies and tokens in
+Prometheus' text format (:mod:`mai_graph.serve_metrics`), under the same key.
 
-Needs the ``serve`` extra (Starlette and uvicorn).
+Needs the ``serve`` extra (Starlette, uvicorn and prometheus-client).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.lineup import Lineup
 from mai_graph.result import reasoning_tokens, totals
+from mai_graph.serve_metrics import ServeMetrics
 from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import InputState
 from mai_graph.text import without_reprs
@@ -509,6 +511,7 @@ class _Endpoint:
         self.created = int(time.time())
         self.lineup = Lineup.of(small, large)
         self.names = private_names(self.lineup, model_name)
+        self.prometheus = ServeMetrics()  # GET /metrics
 
     def error(self, exc: BaseException) -> EndpointError:
         """``exc`` as the client may see it (served model names, no object reprs)."""
@@ -624,10 +627,12 @@ class _Endpoint:
 
     async def answer(self, run: _Run) -> dict[str, Any]:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        async with self.slots:
+        async with self.slots, self.prometheus.running():
             start = time.perf_counter()
             out = await self.graph.ainvoke(self.inputs(run), context=run.context)
-            return self.completion(out, time.perf_counter() - start, rid)
+            done = self.completion(out, time.perf_counter() - start, rid)
+            self.prometheus.finished(done["mai"])
+            return done
 
     async def stream(self, run: _Run, include_usage: bool) -> AsyncIterator[bytes]:
         """SSE chunks: the role, the answer's deltas, the finish with ``mai``, usage, [DONE].
@@ -639,7 +644,7 @@ class _Endpoint:
         """
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         yield _sse(self.chunk(rid, {"role": "assistant", "content": ""}))
-        async with self.slots:
+        async with self.slots, self.prometheus.running():
             start = time.perf_counter()
             final: dict[str, Any] = {}
             streamed = ""
@@ -654,6 +659,7 @@ class _Endpoint:
                 error = self.error(exc)
                 if error.status >= 500:
                     log.warning("run %s failed: %s", rid, exc, exc_info=error.status == 500)
+                self.prometheus.request("failed", error.status)
                 yield _sse(error.body())
                 return
             wall = time.perf_counter() - start
@@ -663,6 +669,7 @@ class _Endpoint:
             yield _sse(self.chunk(rid, {"content": rest}))
         last = self.chunk(rid, {}, "stop")
         last["mai"] = extension(final, wall, self.model_name)
+        self.prometheus.finished(last["mai"])
         yield _sse(last)
         if include_usage:
             yield _sse(
@@ -728,13 +735,14 @@ def create_app(
             timeouts, scorers).
 
     Returns:
-        The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
+        The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, and
+        ``GET /metrics`` (Prometheus; :mod:`mai_graph.serve_metrics`; key as the others).
 
     Example:
         >>> from mai_graph import ScriptedBackend
         >>> app = create_app(ScriptedBackend("yes"), ScriptedBackend("Yes."), api_keys=["k"])
         >>> [route.path for route in app.routes]
-        ['/health', '/v1/models', '/v1/chat/completions']
+        ['/health', '/v1/models', '/v1/chat/completions', '/metrics']
     """
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
@@ -830,7 +838,9 @@ def create_app(
                     ) from None
                 run = await endpoint.prepare(body)
         except Exception as exc:
-            return error_response(endpoint.error(exc))
+            refused = endpoint.error(exc)
+            endpoint.prometheus.request("refused", refused.status)
+            return error_response(refused)
         stream = body.stream
         include = bool(body.stream_options and body.stream_options.include_usage)
         del body  # its inline images are decoded and stored: not kept for the run
@@ -847,9 +857,19 @@ def create_app(
             return JSONResponse(answered)
         except Exception as exc:
             error = endpoint.error(exc)
+            endpoint.prometheus.request("failed", error.status)
             if error.status >= 500:
                 log.warning("request failed: %s", exc, exc_info=error.status == 500)
             return error_response(error)
+
+    async def metrics(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        try:  # the endpoint's access rule: the key when it has keys
+            endpoint.authorize(request.headers.get("authorization"))
+        except EndpointError as error:
+            return error_response(error)
+        return Response(endpoint.prometheus.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -868,6 +888,7 @@ def create_app(
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
