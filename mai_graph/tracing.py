@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from mai_graph.backends.base import Generation, GenerationRequest
     from mai_graph.context import MAIContext
 
+from mai_graph.backends.base import serving_kind
+
 __all__ = [
     "configure_from_env",
     "disable",
@@ -56,13 +58,6 @@ _owned: Any = None
 """A provider :func:`configure_from_env` built (flushed and shut down by :func:`disable`)."""
 
 _NULL = contextlib.nullcontext()
-
-_PROVIDERS = {
-    "VLLMBackend": "vllm",
-    "OpenAIBackend": "openai",
-    "TransformersBackend": "transformers",
-}
-"""``gen_ai.provider.name`` per backend class (others: ``mai_graph``, e.g. the fakes)."""
 
 
 def enable(tracer_provider: Any = None) -> None:
@@ -264,7 +259,7 @@ def call_span(backend: Any, request: GenerationRequest, node: str, role: str) ->
     model = str(getattr(backend, "name", "model"))
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": _provider(backend),
+        "gen_ai.provider.name": serving_kind(backend),
         "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": request.max_tokens,
         "gen_ai.request.temperature": request.temperature,
@@ -302,17 +297,6 @@ def finish_call(span: Any, gen: Generation, answer_prob: float | None) -> None:
     }
     attrs.update({k: v for k, v in optional.items() if v is not None})
     span.set_attributes(attrs)
-
-
-def _provider(backend: Any) -> str:
-    """The serving kind under any wrappers (steering, recording: they hold ``inner``)."""
-    for _ in range(8):
-        kind = _PROVIDERS.get(type(backend).__name__)
-        inner = backend.__dict__.get("inner") if hasattr(backend, "__dict__") else None
-        if kind is not None or inner is None:
-            return kind or "mai_graph"
-        backend = inner
-    return "mai_graph"
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
 from langgraph.types import Overwrite
 
-from mai_graph import tracing
+from mai_graph import llm_runs, tracing
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
 from mai_graph.context import MAIContext, mai_settings
 from mai_graph.lineup import Lineup
@@ -160,24 +160,39 @@ def answer_probability(gen: Generation) -> float | None:
 
 
 async def call(
-    backend: VLMBackend, request: GenerationRequest, node: str, role: str, write: Writer
+    backend: VLMBackend,
+    request: GenerationRequest,
+    node: str,
+    role: str,
+    scope: RunScope,
 ) -> tuple[Generation, NodeMetrics]:
     """One model call with its metrics record, both also streamed as custom events.
 
     Under ``stream_mode="custom"`` the graph emits ``{"event": "token", "node", "role",
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
-    **record}`` when the call ends; otherwise the events go nowhere.
+    **record}`` when the call ends (through ``scope.write``); otherwise the events go nowhere.
+    The call is also a span (:mod:`~mai_graph.tracing`, when on) and a chat-model run for the
+    callbacks of the node's config (:mod:`~mai_graph.llm_runs`, when it has any).
     """
+    write = scope.write
+    run = await llm_runs.start_call(scope.config, backend, request, node, role)
     with tracing.call_span(backend, request, node, role) as span:
-        if streams(backend):
-            gen = await backend.generate_stream(
-                request,
-                lambda text: write({"event": "token", "node": node, "role": role, "text": text}),
-            )
-        else:
-            gen = await backend.generate(request)
+        try:
+            if streams(backend):
+                gen = await backend.generate_stream(
+                    request,
+                    lambda text: write(
+                        {"event": "token", "node": node, "role": role, "text": text}
+                    ),
+                )
+            else:
+                gen = await backend.generate(request)
+        except BaseException as exc:
+            await llm_runs.fail_call(run, exc)
+            raise
         prob = answer_probability(gen) if request.purpose != "cot" else None
         tracing.finish_call(span, gen, prob)
+    await llm_runs.end_call(run, gen)
     rec = record(node, role, gen, prob)
     write({"event": "metrics", **rec})
     return gen, rec

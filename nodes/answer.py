@@ -36,7 +36,7 @@ async def answer(state: MAIState, scope: RunScope, large: VLMBackend) -> dict[st
         request = answer_request(
             q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
         )
-    gen, rec = await call(large, request, "answer", "large", scope.write)
+    gen, rec = await call(large, request, "answer", "large", scope)
     return {
         "answer": gen.text,
         "canonical": extract_answer(gen.text, q.kind, q.options),

@@ -50,17 +50,13 @@ def _drafter_record(rec: NodeMetrics, d: Drafter) -> NodeMetrics:
 
 async def _short(q: Question, scope: RunScope, d: Drafter) -> tuple[Any, NodeMetrics]:
     request = d.shape(short_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(
-        d.backend, request, "verify", "small", tagged(scope, drafter=d.index).write
-    )
+    gen, rec = await call(d.backend, request, "verify", "small", tagged(scope, drafter=d.index))
     return gen, _drafter_record(rec, d)
 
 
 async def _reason(q: Question, scope: RunScope, d: Drafter) -> tuple[dict[str, Any], NodeMetrics]:
     request = d.shape(cot_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(
-        d.backend, request, "reason", "small", tagged(scope, drafter=d.index).write
-    )
+    gen, rec = await call(d.backend, request, "reason", "small", tagged(scope, drafter=d.index))
     fields = {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
@@ -101,7 +97,7 @@ async def verify_drafts(
         async with asyncio.TaskGroup() as tg:
             shorts = [tg.create_task(_short(q, scope, d)) for d in drafters]
             large_task = tg.create_task(
-                call(large, short_request(q, ctx), "verify", "large", scope.write)
+                call(large, short_request(q, ctx), "verify", "large", scope)
             )
             if ctx.speculative_cot:  # queued after the short answers, outside the group
                 speculative = asyncio.ensure_future(
@@ -184,8 +180,9 @@ async def extract_drafts(state: MAIState, scope: RunScope, lineup: Lineup) -> di
         request = s2_request(
             q, ctx, draft.get("reasoning") or "", draft.get("reasoning_token_ids") or None
         )
-        write = tagged(scope, drafter=d.index).write
-        gen, rec = await call(d.backend, request, "extract", "small", write)
+        gen, rec = await call(
+            d.backend, request, "extract", "small", tagged(scope, drafter=d.index)
+        )
         return gen, _drafter_record(rec, d)
 
     results = await gather_all([s2(d, draft) for d, draft in zip(drafters, drafts)])

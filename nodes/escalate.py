@@ -69,7 +69,7 @@ async def escalate(
     if ctx.speculative_cot:
         speculative = asyncio.ensure_future(write_reasoning(q, scope, small, "small"))
     try:
-        gen, rec = await call(large, short_request(q, ctx), "escalate", "large", scope.write)
+        gen, rec = await call(large, short_request(q, ctx), "escalate", "large", scope)
     except BaseException:
         await cancel_quietly(speculative)
         raise

@@ -29,9 +29,7 @@ async def extract(
     request = s2_request(
         q, ctx, state.get("reasoning") or "", state.get("reasoning_token_ids") or None
     )
-    gen, rec = await call(
-        large if role == "large" else small, request, "extract", role, scope.write
-    )
+    gen, rec = await call(large if role == "large" else small, request, "extract", role, scope)
     canonical = extract_answer(gen.text, q.kind, q.options)
     prob = rec["answer_prob"]
     update: dict[str, Any] = {

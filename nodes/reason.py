@@ -22,7 +22,7 @@ async def write_reasoning(
     q: Question, scope: RunScope, backend: VLMBackend, role: str
 ) -> dict[str, Any]:
     """One chain-of-thought call and the state it fills (also used by a speculative verify)."""
-    gen, rec = await call(backend, cot_request(q, scope.ctx), "reason", role, scope.write)
+    gen, rec = await call(backend, cot_request(q, scope.ctx), "reason", role, scope)
     return {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),

@@ -76,7 +76,7 @@ async def verify(
 
     if ctx.policy in ("small", "large"):
         backend = small if ctx.policy == "small" else large
-        gen, rec = await call(backend, short_request(q, ctx), "verify", ctx.policy, scope.write)
+        gen, rec = await call(backend, short_request(q, ctx), "verify", ctx.policy, scope)
         canonical = extract_answer(gen.text, q.kind, q.options)
         update.update(
             {
@@ -95,10 +95,10 @@ async def verify(
     try:  # both in flight at once; one failing cancels the other
         async with asyncio.TaskGroup() as tg:
             small_task = tg.create_task(
-                call(small, short_request(q, ctx), "verify", "small", scope.write)
+                call(small, short_request(q, ctx), "verify", "small", scope)
             )
             large_task = tg.create_task(
-                call(large, short_request(q, ctx), "verify", "large", scope.write)
+                call(large, short_request(q, ctx), "verify", "large", scope)
             )
             if ctx.speculative_cot:  # queued after the short answers, outside the group
                 speculative = asyncio.ensure_future(write_reasoning(q, scope, small, "small"))

@@ -108,9 +108,9 @@ def test_a_transfer_run_is_one_run_span_over_node_spans_over_call_spans(exporter
         assert a["mai.prefill_s"] == rec["prefill_s"] and a["mai.queue_s"] == 0.0
     sparsify = next(s for s in nodes if s.attributes["mai.node"] == "sparsify")
     assert 0 < sparsify.attributes["mai.sparsify.kept_ratio"] <= 1
-    assert root.attributes["mai.sparsify.kept_ratio"] == sparsify.attributes[
-        "mai.sparsify.kept_ratio"
-    ]
+    assert (
+        root.attributes["mai.sparsify.kept_ratio"] == sparsify.attributes["mai.sparsify.kept_ratio"]
+    )
 
 
 def test_an_agreeing_run_records_the_gate_and_its_probabilities(exporter):

@@ -26,6 +26,7 @@ __all__ = [
     "VLMBackend",
     "VocabularyBackend",
     "check_backend",
+    "serving_kind",
     "streams",
 ]
 
@@ -256,6 +257,28 @@ def streams(backend: object) -> TypeGuard[StreamingBackend]:
         return known
     except TypeError:  # not weakly referenceable: ask every time
         return isinstance(backend, StreamingBackend)
+
+
+_KINDS = {"VLLMBackend": "vllm", "OpenAIBackend": "openai", "TransformersBackend": "transformers"}
+
+
+def serving_kind(backend: object) -> str:
+    """What serves ``backend``'s calls (``vllm``, ``openai``, ``transformers``), under wrappers.
+
+    Steering and recording wrappers hold the backend they wrap as ``inner``; anything else
+    (the fakes, a user's own backend) is ``mai-graph``.
+
+    >>> from mai_graph.backends.fake import ScriptedBackend
+    >>> serving_kind(ScriptedBackend("A"))
+    'mai-graph'
+    """
+    for _ in range(8):
+        kind = _KINDS.get(type(backend).__name__)
+        inner = vars(backend).get("inner") if hasattr(backend, "__dict__") else None
+        if kind is not None or inner is None:
+            return kind or "mai-graph"
+        backend = inner
+    return "mai-graph"
 
 
 def check_backend(backend: object, parameter: str) -> VLMBackend:

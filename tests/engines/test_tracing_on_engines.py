@@ -20,9 +20,7 @@ from tests.otlp_receiver import receiver  # noqa: E402
 pytestmark = pytest.mark.engine
 
 
-async def test_a_transfer_run_reaches_an_otlp_receiver_with_stage_timings(
-    engines, scene, tmp_path
-):
+async def test_a_transfer_run_reaches_an_otlp_receiver_with_stage_timings(engines, scene, tmp_path):
     kind, small, large = engines
     with receiver(tmp_path) as otlp:
         provider = TracerProvider()
