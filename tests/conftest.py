@@ -5,6 +5,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
+# Checkpoint savers, a throwaway PostgreSQL server among them (tests/postgres.py).
+from tests.postgres import (  # noqa: E402, F401
+    checkpoints,
+    durable_checkpoints,
+    postgres,
+    saver,
+)
+
 
 @pytest.fixture(autouse=True)
 def _image_store(tmp_path_factory, monkeypatch):

@@ -1,7 +1,6 @@
 """Chains of more than two models on scripted backends: stages, escalation, routes, metrics."""
 
 import pytest
-from langgraph.checkpoint.memory import InMemorySaver
 
 from mai_graph import ConfigError, ScriptedBackend, create_mai_graph, run
 from mai_graph.graph import mermaid
@@ -83,10 +82,10 @@ def test_baselines_compare_the_smallest_and_the_largest():
     assert m1.requests == []
 
 
-def test_a_reused_thread_starts_every_run_at_stage_one():
+def test_a_reused_thread_starts_every_run_at_stage_one(saver):
     m0, m1 = model("m0", ["A", "B"]), model("m1", "B", answer="C")
     m2 = model("m2", "D", answer="D")
-    graph = create_mai_graph(m0, m1, m2).compile(checkpointer=InMemorySaver())
+    graph = create_mai_graph(m0, m1, m2).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "t"}}
     assert ask(graph, config=cfg)["stage"] == 2
     out = ask(graph, config=cfg)

@@ -201,11 +201,11 @@ def test_cot_budget_truncates_reasoning():
     assert reason["generated_tokens"] == 30 and reason["finish_reason"] == "length"
 
 
-def test_reused_thread_starts_each_run_clean():
+def test_reused_thread_starts_each_run_clean(saver):
     small, large = pair(
         {"short": ["A", "B"], "cot": REASONING, "s2": "C"}, {"short": ["B", "B"], "answer": "D"}
     )
-    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    g = create_mai_graph(small, large).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "t"}}
     first = g.invoke({"question": "q1?", "options": OPTIONS}, cfg, context={})
     second = g.invoke({"question": "q2?", "options": OPTIONS}, cfg, context={})
@@ -225,10 +225,10 @@ def test_image_input_becomes_a_reference(png):
     assert small.requests[0].image["sha256"] == image["sha256"]
 
 
-def test_a_reused_thread_never_inherits_image_or_options(png):
+def test_a_reused_thread_never_inherits_image_or_options(png, saver):
     """Raw invoke on one thread: a yes/no question after a multiple-choice one with an image."""
     small, large = pair({"short": ["A", "yes"]}, {"short": ["A", "yes"]})
-    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    g = create_mai_graph(small, large).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "reuse"}}
     g.invoke({"question": "Which?", "options": ["yes", "no"], "image": str(png)}, cfg, context={})
     out = g.invoke({"question": "Is it raining?"}, cfg, context={})
@@ -355,9 +355,9 @@ def test_speculative_cot_is_cancelled_on_agreement():
     assert [m["node"] for m in out["metrics"]] == ["verify", "verify"]
 
 
-def test_reused_thread_with_explicit_none_drops_the_old_image(png):
+def test_reused_thread_with_explicit_none_drops_the_old_image(png, saver):
     small, large = pair({"short": ["A", "yes"]}, {"short": ["A", "yes"]})
-    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    g = create_mai_graph(small, large).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "img-reuse"}}
     g.invoke({"question": "q1?", "options": OPTIONS, "image": str(png)}, cfg, context={})
     g.invoke({"question": "q2?", "options": None, "image": None}, cfg, context={})

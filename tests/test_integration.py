@@ -10,7 +10,6 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
@@ -222,19 +221,19 @@ def test_chat_model_says_what_it_does_not_support():
 # -- persistence, resume, review ---------------------------------------------------------------
 
 
-def test_failed_answer_resumes_without_recomputing(tmp_path):
+def test_failed_answer_resumes_without_recomputing(durable_checkpoints):
     small = ScriptedBackend({"short": "A", "cot": COT, "s2": "C"}, name="small")
     large = ScriptedBackend(
         {"short": "B", "answer": "D"}, name="large", fail={"answer": [BackendError("engine down")]}
     )
     cfg = {"configurable": {"thread_id": "resume"}}
-    with SqliteSaver.from_conn_string(str(tmp_path / "ckpt.sqlite")) as saver:
+    with durable_checkpoints.saver() as saver:  # SQLite and PostgreSQL
         g = create_mai_graph(small, large, retry_policy=None).compile(checkpointer=saver)
         with pytest.raises(BackendError, match="engine down"):
             g.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={})
         assert g.get_state(cfg).next == ("answer",)
     # A new process would reopen the database: resume on the same thread.
-    with SqliteSaver.from_conn_string(str(tmp_path / "ckpt.sqlite")) as saver:
+    with durable_checkpoints.saver() as saver:
         g = create_mai_graph(small, large, retry_policy=None).compile(checkpointer=saver)
         out = g.invoke(None, cfg, context={})
     assert out["route"] == "transfer" and out["answer"] == "D"
@@ -249,9 +248,9 @@ def test_failed_answer_resumes_without_recomputing(tmp_path):
     ]
 
 
-def test_review_interrupt_accept_and_override():
+def test_review_interrupt_accept_and_override(saver):
     small, large = transfer_pair()
-    g = create_mai_graph(small, large, review=True).compile(checkpointer=InMemorySaver())
+    g = create_mai_graph(small, large, review=True).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "review"}}
     first = g.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={})
     (pending,) = first["__interrupt__"]
@@ -273,10 +272,8 @@ def test_review_is_off_by_default():
     assert out["route"] == "transfer" and "__interrupt__" not in out
 
 
-def test_review_as_a_run_setting_and_a_bad_resume_asks_again():
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    g = create_mai_graph(*transfer_pair()).compile(checkpointer=InMemorySaver())
+def test_review_as_a_run_setting_and_a_bad_resume_asks_again(saver):
+    g = create_mai_graph(*transfer_pair()).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "review-setting"}}
     first = g.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={"review": True})
     (pending,) = first["__interrupt__"]
