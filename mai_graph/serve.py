@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
 
+from mai_graph import tracing
 from mai_graph.answers import normalize_options
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
@@ -235,6 +237,8 @@ class _Run:
     images: list[Any]
     options: Any
     context: MAIContext
+    trace: Any = None
+    """The caller's trace context (its ``traceparent``), when tracing is on."""
 
 
 def _image_url(part: ImagePart) -> str:
@@ -436,26 +440,35 @@ def extension(out: Mapping[str, Any], wall_s: float, served: str = "mai") -> dic
     }
 
 
-async def _events(graph: Any, inputs: Any, context: MAIContext) -> AsyncIterator[Any]:
+async def _events(
+    graph: Any, inputs: Any, context: MAIContext, trace: Any = None
+) -> AsyncIterator[Any]:
     """The run's ``custom`` and ``values`` stream events, the run on a task of its own.
 
     The server cancels a stream whose client left through a cancel scope, which cancels again
     and again; a graph run cancelled that way may have its clean-up interrupted and leave its
     model calls running. On its own task the run is cancelled once, like any asyncio task,
-    and aborts its model calls.
+    and aborts its model calls. The run's span (tracing on) lives on that task too, under
+    ``trace``, the caller's trace context.
     """
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     async def pump() -> None:
-        try:
-            async for event in graph.astream(
-                inputs, context=context, stream_mode=["custom", "values"]
-            ):
-                events.put_nowait(event)
-        except Exception as exc:
-            events.put_nowait(("error", exc))
-        else:
-            events.put_nowait(("end", None))
+        with tracing.run_span("endpoint", context, parent=trace) as span:
+            final: Any = None
+            try:
+                async for event in graph.astream(
+                    inputs, context=context, stream_mode=["custom", "values"]
+                ):
+                    if event[0] == "values":
+                        final = event[1]
+                    events.put_nowait(event)
+            except Exception as exc:
+                tracing.mark_failed(span, exc)
+                events.put_nowait(("error", exc))
+            else:
+                tracing.finish_run(span, final or {})
+                events.put_nowait(("end", None))
 
     task = asyncio.create_task(pump())
     try:
@@ -629,7 +642,9 @@ class _Endpoint:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         async with self.slots, self.prometheus.running():
             start = time.perf_counter()
-            out = await self.graph.ainvoke(self.inputs(run), context=run.context)
+            with tracing.run_span("endpoint", run.context, parent=run.trace) as span:
+                out = await self.graph.ainvoke(self.inputs(run), context=run.context)
+                tracing.finish_run(span, out)
             done = self.completion(out, time.perf_counter() - start, rid)
             self.prometheus.finished(done["mai"])
             return done
@@ -649,7 +664,9 @@ class _Endpoint:
             final: dict[str, Any] = {}
             streamed = ""
             try:
-                async for mode, item in _events(self.graph, self.inputs(run), run.context):
+                async for mode, item in _events(
+                    self.graph, self.inputs(run), run.context, run.trace
+                ):
                     if mode == "values":
                         final = item
                     elif item.get("event") == "token" and item.get("node") == "answer":
@@ -837,6 +854,9 @@ def create_app(
                         fix="send the whole request at once (or smaller images)",
                     ) from None
                 run = await endpoint.prepare(body)
+            if tracing.enabled():  # the run's spans join the caller's trace
+                trace = tracing.extract_context(request.headers)
+                run = dataclasses.replace(run, trace=trace) if trace is not None else run
         except Exception as exc:
             refused = endpoint.error(exc)
             endpoint.prometheus.request("refused", refused.status)

@@ -303,7 +303,7 @@ def finish_call(span: Any, gen: Generation, answer_prob: float | None) -> None:
 def _span(
     name: str, attributes: dict[str, Any], *, parent: Any = None, kind: str = "INTERNAL"
 ) -> Iterator[Any]:
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import SpanKind
 
     tracer = _tracer
     if tracer is None:  # disabled meanwhile
@@ -320,12 +320,23 @@ def _span(
         try:
             yield span
         except BaseException as exc:
-            # Cancellation (a client left, a timeout) is not the run's error.
-            error = type(exc).__name__
-            span.set_attribute("error.type", error)
-            if not isinstance(exc, GeneratorExit | KeyboardInterrupt) and error != "CancelledError":
-                span.set_status(Status(StatusCode.ERROR, _safe_message(exc)))
+            mark_failed(span, exc)
             raise
+
+
+def mark_failed(span: Any, exc: BaseException) -> None:
+    """Mark ``span`` failed by ``exc``: its type, and the setting it names, never its text.
+
+    Cancellation (a client left, a timeout) records its type but is not the run's error.
+    """
+    if span is None:
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    error = type(exc).__name__
+    span.set_attribute("error.type", error)
+    if not isinstance(exc, GeneratorExit | KeyboardInterrupt) and error != "CancelledError":
+        span.set_status(Status(StatusCode.ERROR, _safe_message(exc)))
 
 
 def _safe_message(exc: BaseException) -> str:

@@ -85,7 +85,8 @@ def vllm_command(model: str | Path, served: str, port: int) -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
             "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
-            "--max-model-len", "4096", "--enable-prompt-tokens-details"]  # fmt: skip
+            "--max-model-len", "4096", "--enable-prompt-tokens-details",
+            "--enable-per-request-metrics"]  # fmt: skip
 
 
 def router_command(

@@ -92,10 +92,14 @@ def test_the_chat_models_inner_calls_nest_under_its_own_run(png):
     small, large = transfer_pair()
     chat = MAIChatModel(small=small, large=large, options=OPTIONS)
     reply = chat.invoke(
-        [HumanMessage(content=[
-            {"type": "text", "text": "Which colour?"},
-            {"type": "image", "base64": b64, "mime_type": "image/png"},
-        ])],  # fmt: skip
+        [
+            HumanMessage(
+                content=[
+                    {"type": "text", "text": "Which colour?"},
+                    {"type": "image", "base64": b64, "mime_type": "image/png"},
+                ]
+            )
+        ],  # fmt: skip
         config={"callbacks": [rec]},
     )
     assert reply.response_metadata["route"] == "transfer"
@@ -117,7 +121,7 @@ async def test_the_chat_graphs_messages_stream_carries_only_its_answer():
     rec = Recorder()
     graph = create_mai_chat_graph(*transfer_pair()).compile()
     seen = []
-    async for message, meta in graph.astream(
+    async for message, _meta in graph.astream(
         {"messages": [HumanMessage("Which colour?")]},
         {"callbacks": [rec]},
         stream_mode="messages",

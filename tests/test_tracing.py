@@ -307,3 +307,72 @@ def test_the_command_exports_its_trace_to_a_real_otlp_receiver(tmp_path):
         assert call["kind"] == 3  # SPAN_KIND_CLIENT
         assert call["attributes"]["gen_ai.usage.input_tokens"] > 0
     assert len({s["trace_id"] for s in spans}) == 1
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_endpoint_nests_its_run_under_the_requests_traceparent(exporter, stream):
+    openai = pytest.importorskip("openai", reason="installed with the openai extra")
+    pytest.importorskip("uvicorn", reason="installed with the serve extra")
+    from mai_graph.serve import create_app
+    from tests.servers import serving_app
+
+    memory, _ = exporter
+    key = "sk-tracing-secret-key-1234"
+    url, b64 = _png_data_url()
+    with serving_app(create_app(*transfer_pair(), api_keys=[key])) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+        header = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+        content = [
+            {"type": "text", "text": f"Which colour? {SECRET}"},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]
+        kwargs = dict(
+            model="mai",
+            messages=[{"role": "user", "content": content}],
+            extra_body={"mai": {"options": OPTIONS}},
+            extra_headers=header,
+        )
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            assert chunks[-1].model_extra["mai"]["route"] == "transfer"
+        else:
+            reply = client.chat.completions.create(**kwargs)
+            assert reply.model_extra["mai"]["route"] == "transfer"
+    spans = memory.get_finished_spans()
+    (root,) = by_name(spans)["invoke_agent mai"]
+    assert root.attributes["mai.door"] == "endpoint"
+    assert format(root.context.trace_id, "032x") == TRACE_ID
+    assert format(root.parent.span_id, "016x") == PARENT_ID and root.parent.is_remote
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert len(calls) == 5 and {format(s.context.trace_id, "032x") for s in spans} == {TRACE_ID}
+    dumped = _dump(spans)
+    assert key not in dumped and SECRET not in dumped and b64[:40] not in dumped
+
+
+def test_a_bad_traceparent_starts_a_trace_of_its_own(exporter):
+    pytest.importorskip("uvicorn", reason="installed with the serve extra")
+    import httpx
+
+    from mai_graph.serve import create_app
+    from tests.servers import serving_app
+
+    memory, _ = exporter
+    with serving_app(create_app(*transfer_pair())) as base:
+        for bad in ("nonsense", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "x" * 5000):
+            reply = httpx.post(
+                f"{base}/v1/chat/completions",
+                json={
+                    "model": "mai",
+                    "messages": [{"role": "user", "content": "Which colour?"}],
+                    "mai": {"options": OPTIONS},
+                },
+                headers={"traceparent": bad},
+                timeout=30,
+            )
+            assert reply.status_code == 200, reply.text
+    roots = by_name(memory.get_finished_spans())["invoke_agent mai"]
+    assert len(roots) == 3 and all(r.parent is None for r in roots)

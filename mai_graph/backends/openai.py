@@ -5,8 +5,9 @@ its sampled frames (a ``video/jpeg`` frame sequence), each with its hash as the 
 (vLLM keys its multimodal and prefix caches on it); vLLM's own
 options go in the request body (``min_tokens``, ``structured_outputs`` for choices,
 ``return_token_ids``). Cached tokens come from ``usage.prompt_tokens_details`` (start the server
-with ``--enable-prompt-tokens-details``). Cancelling the caller closes the stream, and the
-server aborts the request.
+with ``--enable-prompt-tokens-details``), the engine's queue, prefill and decode times from
+the last chunk's ``metrics`` (``--enable-per-request-metrics``; :func:`served_stage_times`).
+Cancelling the caller closes the stream, and the server aborts the request.
 
 Over HTTP the S2 turn re-sends the reasoning as text (an API cannot splice token ids); the
 server's prefix cache still serves the CoT prompt, and usually most of the reasoning.

@@ -31,7 +31,8 @@ def server(tiny_pair, tmp_path_factory):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_pair[0]),
            "--served-model-name", "tiny-small", "--host", "127.0.0.1", "--port", str(port),
            "--enforce-eager", "--gpu-memory-utilization", "0.05", "--block-size", "32",
-           "--max-model-len", "4096", "--enable-prompt-tokens-details"]  # fmt: skip
+           "--max-model-len", "4096", "--enable-prompt-tokens-details",
+            "--enable-per-request-metrics"]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     with serving(cmd, f"{base}/health", log, env=env) as proc:
@@ -68,6 +69,12 @@ async def test_graph_runs_through_the_server(server, scene):
     assert by_node["answer"]["cached_tokens"] >= 96  # the verify prefix, in whole blocks
     assert result.canonical in ("A", "B", "C", "D")
     assert result.sparsification["tokens_in"] > 0
+    # --enable-per-request-metrics: the engine's own stages come back with each call; a
+    # server does not say how many prompt tokens were image tokens.
+    for m in result.metrics:
+        assert m["queue_s"] >= 0 and m["prefill_s"] > 0 and m["decode_s"] >= 0, m
+        assert m["image_tokens"] is None
+    assert by_node["reason"]["decode_s"] > by_node["verify"]["decode_s"]  # 48 tokens vs 1
 
 
 async def test_choices_logprobs_and_token_ids(server, scene):

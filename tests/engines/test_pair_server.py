@@ -30,7 +30,8 @@ def large_url(tmp_path_factory):
            "--model", str(trained_pair_paths(PAIR_DIR)[1]), "--served-model-name", "trained-large",
            "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
            "--gpu-memory-utilization", "0.05", "--block-size", "32", "--max-model-len", "4096",
-           "--enable-prompt-tokens-details"]  # fmt: skip
+           "--enable-prompt-tokens-details",
+           "--enable-per-request-metrics"]  # fmt: skip
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     with serving(cmd, f"http://127.0.0.1:{port}/health", log, env=env):
         yield f"http://127.0.0.1:{port}/v1"
