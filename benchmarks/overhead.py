@@ -9,6 +9,10 @@ building, answer extraction, sparsification), which the plain version does too.
 Prints, per route, the median per-run time of both versions (over 5 rounds), the overhead per
 run (graph - plain), the ratio graph / plain, and LangGraph's floor: a graph of the same shape
 whose nodes do nothing (what any LangGraph graph of this shape costs per run on this machine).
+
+Then the cost of tracing (``mai_graph.tracing``, needs the ``otel`` extra): per route, the
+graph with tracing off and on (an SDK provider batching spans to an in-memory exporter),
+interleaved, and what tracing's hooks cost a run while it is off (timed one by one).
 """
 
 import argparse
@@ -148,9 +152,71 @@ async def main(runs: int, rounds: int) -> None:
         )
 
 
+async def tracing_cost(runs: int, rounds: int) -> None:
+    """Graph runs with tracing off vs on, interleaved; and the off-path hooks, timed alone."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError:
+        print("\ntracing: not measured (pip install 'mai-graph[otel]')")
+        return
+    from mai_graph import GenerationRequest, llm_runs, tracing
+    from mai_graph.nodes._common import RunScope, call
+
+    ctx = MAIContext()
+    state = {"question": "Which colour is the square?", "options": ["red", "blue"]}
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    print(f"\n{'route':<10} {'off ms':>8} {'on ms':>8} {'on / off':>9} {'spans/run':>10}")
+    for route, (small_table, large_table) in ROUTES.items():
+        small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
+        graph = create_mai_graph(small, large).compile()
+        off, on = [], []
+        for _ in range(rounds):
+            tracing.disable()
+            off.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+            tracing.enable(provider)
+            on.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+            tracing.disable()
+        provider.force_flush()
+        spans = len(exporter.get_finished_spans()) / (runs * rounds)
+        exporter.clear()
+        a, b = statistics.median(off), statistics.median(on)
+        print(f"{route:<10} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {b / a:>9.2f} {spans:>10.1f}")
+    # Tracing off: what its hooks cost, one model call's worth (a node span check and a call's).
+    tracing.disable()
+    request = GenerationRequest(({"role": "user", "content": [{"type": "text", "text": "x"}]},), 1)
+    backend = ZeroBackend("small", {"generate": "A"})
+    scope = RunScope.offline(ctx)
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await backend.generate(request)
+    t_bare = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await call(backend, request, "verify", "small", scope)
+    t_call = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):  # what call() and a node add while tracing is off and no callbacks
+        tracing.enabled()
+        run = await llm_runs.start_call(None, backend, request, "verify", "small")
+        with tracing.call_span(backend, request, "verify", "small") as span:
+            tracing.finish_call(span, None, None)  # type: ignore[arg-type]
+        await llm_runs.end_call(run, None)  # type: ignore[arg-type]
+    hooks = (time.perf_counter() - t0) / n
+    print(
+        f"tracing off, per model call: the hooks {hooks * 1e6:.2f} us (a call with its record "
+        f"and events {t_call * 1e6:.1f} us, the backend alone {t_bare * 1e6:.1f} us)"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     asyncio.run(main(args.runs, args.rounds))
+    asyncio.run(tracing_cost(args.runs, args.rounds))

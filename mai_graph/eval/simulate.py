@@ -368,6 +368,9 @@ def simulated_pair(
                 generated_tokens=len(words),
                 latency_s=ttft + decode * len(words),
                 ttft_s=ttft,
+                queue_s=0.0,  # simulated stages: the modelled prefill, then the decode
+                prefill_s=ttft,
+                decode_s=decode * len(words),
                 finish_reason="stop",
                 logprobs=tuple(logprobs) if request.logprobs is not None else None,
                 tokens=tuple(w if i == 0 else " " + w for i, w in enumerate(words)),
