@@ -22,13 +22,25 @@ LATENCY_S = 0.4
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def otlp(tmp_path_factory):
+    """An OTLP/HTTP receiver the server exports its spans to (``MAI_GRAPH_OTEL=otlp``)."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra")
+    from tests.otlp_receiver import receiver
+
+    with receiver(tmp_path_factory.mktemp("otlp")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, otlp):
     cli = Path(sys.executable).parent / "langgraph"
     if not cli.exists() and not shutil.which("langgraph"):
         pytest.skip("langgraph-cli is installed with the studio extra")
     port = free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGGRAPH_NO_VERSION_CHECK": "true",
-           "MAI_GRAPH_BACKEND": "fake", "MAI_GRAPH_FAKE_LATENCY_S": str(LATENCY_S)}  # fmt: skip
+           "MAI_GRAPH_BACKEND": "fake", "MAI_GRAPH_FAKE_LATENCY_S": str(LATENCY_S),
+           "MAI_GRAPH_OTEL": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "OTEL_BSP_SCHEDULE_DELAY": "100"}  # fmt: skip
     cmd = [str(cli) if cli.exists() else "langgraph", "dev", "--no-browser", "--no-reload",
            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     assert "--allow-blocking" not in cmd
@@ -86,6 +98,29 @@ async def test_review_from_the_run_context_bad_resume_asks_again(client):
 async def test_review_off_by_default(client):
     out = await client.runs.wait(None, "mai", input={"question": "Is the square red?"})
     assert out["route"] and "__interrupt__" not in out
+
+
+async def test_the_servers_runs_are_traced_to_an_otlp_receiver(client, otlp):
+    """MAI_GRAPH_OTEL=otlp in langgraph dev's environment: node and call spans, exported."""
+    import asyncio
+
+    out = await client.runs.wait(
+        None, "mai", input={"question": "Which colour?", "options": ["red", "blue"]}
+    )
+    assert out["route"]
+    calls: list = []
+    for _ in range(100):  # the batch processor exports every 100 ms
+        spans = otlp.spans()
+        calls = [s for s in spans if s["name"].startswith("chat ")]
+        if len(calls) >= len(out["metrics"]):
+            break
+        await asyncio.sleep(0.1)
+    ids = {s["span_id"]: s for s in spans}
+    assert len(calls) >= len(out["metrics"]) >= 2
+    for call in calls:
+        assert ids[call["parent_id"]]["name"].startswith("node ")
+        assert call["attributes"]["gen_ai.usage.input_tokens"] > 0
+    assert {s["service"] for s in spans if s["scope"] == "mai_graph"} == {"mai-graph"}
 
 
 async def test_a_typo_in_the_context_is_an_error_naming_the_key(client):

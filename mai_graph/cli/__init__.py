@@ -260,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Authorization: Bearer KEY" when a key is set (MAI_GRAPH_SERVE_API_KEY, several
             separated by commas); without one the server only listens on loopback. Images
             follow MAI_GRAPH_IMAGE_ROOTS / MAI_GRAPH_IMAGE_URLS (docs/security.md). The
-            settings flags set every run's defaults.
+            settings flags set every run's defaults. GET /metrics (Prometheus, same key
+            rule) counts routes, the early-exit share, latency and tokens per model;
+            MAI_GRAPH_OTEL=otlp traces every run (docs/observability.md).
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
