@@ -11,14 +11,19 @@ run (graph - plain), the ratio graph / plain, and LangGraph's floor: a graph of 
 whose nodes do nothing (what any LangGraph graph of this shape costs per run on this machine).
 
 Then the cost of tracing (``mai_graph.tracing``, needs the ``otel`` extra): per route, the
-graph with tracing off and on (an SDK provider batching spans to an in-memory exporter),
-interleaved, and what tracing's hooks cost a run while it is off (timed one by one).
+graph with tracing off and on, interleaved: on with an SDK provider batching spans to an
+in-memory exporter, and batching them over OTLP/HTTP to a receiver process
+(``tests/otlp_receiver.py``, run from the repository root); and what tracing's hooks cost a
+run while it is off (timed one by one).
 """
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from langgraph.types import Overwrite
 
@@ -152,6 +157,28 @@ async def main(runs: int, rounds: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def _otlp_provider(tmp: Path):
+    """A provider batching spans over OTLP/HTTP to a receiver process (None without one)."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from tests.otlp_receiver import receiver
+    except ImportError:
+        yield None
+        return
+    with receiver(tmp) as running:
+        provider = TracerProvider()
+        exporter = OTLPSpanExporter(endpoint=f"{running.endpoint}/v1/traces")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        try:
+            yield provider
+        finally:
+            provider.shutdown()
+
+
 async def tracing_cost(runs: int, rounds: int) -> None:
     """Graph runs with tracing off vs on, interleaved; and the off-path hooks, timed alone."""
     try:
@@ -169,22 +196,33 @@ async def tracing_cost(runs: int, rounds: int) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    print(f"\n{'route':<10} {'off ms':>8} {'on ms':>8} {'on / off':>9} {'spans/run':>10}")
-    for route, (small_table, large_table) in ROUTES.items():
-        small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
-        graph = create_mai_graph(small, large).compile()
-        off, on = [], []
-        for _ in range(rounds):
-            tracing.disable()
-            off.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
-            tracing.enable(provider)
-            on.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
-            tracing.disable()
-        provider.force_flush()
-        spans = len(exporter.get_finished_spans()) / (runs * rounds)
-        exporter.clear()
-        a, b = statistics.median(off), statistics.median(on)
-        print(f"{route:<10} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {b / a:>9.2f} {spans:>10.1f}")
+    with tempfile.TemporaryDirectory() as tmp, _otlp_provider(Path(tmp)) as otlp:
+        print(
+            f"\n{'route':<10} {'off ms':>8} {'memory ms':>10} {'otlp ms':>8} "
+            f"{'memory/off':>11} {'otlp/off':>9} {'spans/run':>10}"
+        )
+        for route, (small_table, large_table) in ROUTES.items():
+            small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
+            graph = create_mai_graph(small, large).compile()
+            off, on, wire = [], [], []
+            for _ in range(rounds):
+                tracing.disable()
+                off.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+                tracing.enable(provider)
+                on.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+                if otlp is not None:
+                    tracing.enable(otlp)
+                    wire.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+                tracing.disable()
+            provider.force_flush()
+            spans = len(exporter.get_finished_spans()) / (runs * rounds)
+            exporter.clear()
+            a, b = statistics.median(off), statistics.median(on)
+            c = statistics.median(wire) if wire else float("nan")
+            print(
+                f"{route:<10} {a * 1e3:>8.3f} {b * 1e3:>10.3f} {c * 1e3:>8.3f} "
+                f"{b / a:>11.2f} {c / a:>9.2f} {spans:>10.1f}"
+            )
     # Tracing off: what its hooks cost, one model call's worth (a node span check and a call's).
     tracing.disable()
     request = GenerationRequest(({"role": "user", "content": [{"type": "text", "text": "x"}]},), 1)

@@ -48,6 +48,7 @@ from mai_graph.images import ImageRef
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import Node, RunScope
 from mai_graph.result import reasoning_tokens, totals
+from mai_graph.run_stream import run_events
 from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState
 
@@ -449,21 +450,16 @@ class MAIChatModel(BaseChatModel):
         start = time.perf_counter()
         final: dict[str, Any] = {}
         streamed = ""
-        with tracing.run_span("chat_model", ctx) as span:
-            async for mode, chunk in self._compiled().astream(
-                inputs,
-                self._child_config(parent),
-                context=ctx,
-                stream_mode=["custom", "values"],
-            ):
-                if mode == "values":
-                    final = chunk
-                elif chunk.get("event") == "token" and chunk.get("node") == "answer":
-                    streamed += chunk["text"]
-                    yield ChatGenerationChunk(
-                        message=AIMessageChunk(content=chunk["text"], name=self._reply_name())
-                    )
-            tracing.finish_run(span, final)
+        async for mode, chunk in run_events(
+            self._compiled(), inputs, ctx, door="chat_model", config=self._child_config(parent)
+        ):
+            if mode == "values":
+                final = chunk
+            elif chunk.get("event") == "token" and chunk.get("node") == "answer":
+                streamed += chunk["text"]
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(content=chunk["text"], name=self._reply_name())
+                )
         message = result_message(final, time.perf_counter() - start, name=self._reply_name())
         rest = message.content[len(streamed) :] if isinstance(message.content, str) else ""
         yield ChatGenerationChunk(

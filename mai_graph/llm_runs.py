@@ -94,8 +94,8 @@ async def start_call(
     return run
 
 
-async def end_call(run: Any, gen: Generation) -> None:
-    """Report a finished model call: its text and token usage."""
+async def end_call(run: Any, gen: Generation, purpose: str = "generate") -> None:
+    """Report a finished model call: its text and token usage (reasoning for ``cot``)."""
     if run is None:
         return
     from langchain_core.messages import AIMessage
@@ -108,6 +108,8 @@ async def end_call(run: Any, gen: Generation) -> None:
         "total_tokens": gen.prompt_tokens + gen.generated_tokens,
         "input_token_details": {"cache_read": cached},
     }
+    if purpose == "cot":
+        usage["output_token_details"] = {"reasoning": gen.generated_tokens}
     message = AIMessage(
         content=gen.text,
         usage_metadata=usage,  # type: ignore[arg-type]

@@ -57,6 +57,7 @@ from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
 from mai_graph.lineup import Lineup
 from mai_graph.result import reasoning_tokens, totals
+from mai_graph.run_stream import run_events
 from mai_graph.serve_metrics import ServeMetrics
 from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import InputState
@@ -440,49 +441,6 @@ def extension(out: Mapping[str, Any], wall_s: float, served: str = "mai") -> dic
     }
 
 
-async def _events(
-    graph: Any, inputs: Any, context: MAIContext, trace: Any = None
-) -> AsyncIterator[Any]:
-    """The run's ``custom`` and ``values`` stream events, the run on a task of its own.
-
-    The server cancels a stream whose client left through a cancel scope, which cancels again
-    and again; a graph run cancelled that way may have its clean-up interrupted and leave its
-    model calls running. On its own task the run is cancelled once, like any asyncio task,
-    and aborts its model calls. The run's span (tracing on) lives on that task too, under
-    ``trace``, the caller's trace context.
-    """
-    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-    async def pump() -> None:
-        with tracing.run_span("endpoint", context, parent=trace) as span:
-            final: Any = None
-            try:
-                async for event in graph.astream(
-                    inputs, context=context, stream_mode=["custom", "values"]
-                ):
-                    if event[0] == "values":
-                        final = event[1]
-                    events.put_nowait(event)
-            except Exception as exc:
-                tracing.mark_failed(span, exc)
-                events.put_nowait(("error", exc))
-            else:
-                tracing.finish_run(span, final or {})
-                events.put_nowait(("end", None))
-
-    task = asyncio.create_task(pump())
-    try:
-        while True:
-            mode, item = await events.get()
-            if mode == "end":
-                return
-            if mode == "error":
-                raise item
-            yield mode, item
-    finally:
-        task.cancel()
-
-
 def _sse(data: Mapping[str, Any] | str) -> bytes:
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return f"data: {text}\n\n".encode()
@@ -664,8 +622,8 @@ class _Endpoint:
             final: dict[str, Any] = {}
             streamed = ""
             try:
-                async for mode, item in _events(
-                    self.graph, self.inputs(run), run.context, run.trace
+                async for mode, item in run_events(
+                    self.graph, self.inputs(run), run.context, door="endpoint", trace=run.trace
                 ):
                     if mode == "values":
                         final = item

@@ -27,6 +27,7 @@ GenAI conventions make message content opt-in; mai-graph never records it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -97,8 +98,11 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> bool:
 
     ``otlp`` (or ``1`` / ``true``) builds an SDK ``TracerProvider`` with a batching OTLP/HTTP
     exporter (endpoint, headers and timeout from the standard ``OTEL_EXPORTER_OTLP_*``
-    variables; ``service.name`` from ``OTEL_SERVICE_NAME``, default ``mai-graph``), unless the
-    app already set a global SDK provider, which is then used. ``console`` prints each span.
+    variables; the resource from ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, with
+    ``service.name`` ``mai-graph`` when they name none), unless the app already set a global
+    SDK provider, which is then used. ``console`` prints each span. ``env`` (default
+    ``os.environ``) is read for ``MAI_GRAPH_OTEL`` only: the exporter reads the process's
+    environment.
     Calling it again does nothing once tracing is on.
 
     Raises:
@@ -128,8 +132,14 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> bool:
     if isinstance(current, TracerProvider):  # the app configured one: add nothing
         enable(current)
         return True
-    name = (os.environ if env is None else env).get("OTEL_SERVICE_NAME") or "mai-graph"
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    # The standard variables name the service (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES);
+    # mai-graph only when neither does.
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    provider = TracerProvider(
+        resource=Resource.create({} if named else {"service.name": "mai-graph"})
+    )
     if value == "console":
         exporter: Any = ConsoleSpanExporter()
     else:
@@ -263,7 +273,7 @@ def call_span(backend: Any, request: GenerationRequest, node: str, role: str) ->
         "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": request.max_tokens,
         "gen_ai.request.temperature": request.temperature,
-        "gen_ai.response.id": request.request_id,
+        "mai.request_id": request.request_id,
         "mai.node": node,
         "mai.role": role,
         "mai.purpose": request.purpose,
@@ -327,15 +337,21 @@ def _span(
 def mark_failed(span: Any, exc: BaseException) -> None:
     """Mark ``span`` failed by ``exc``: its type, and the setting it names, never its text.
 
-    Cancellation (a client left, a timeout) records its type but is not the run's error.
+    Control flow is no failure: LangGraph's interrupts (a review pausing the run) and commands
+    to a parent graph record nothing; cancellation (a client left, a timeout) records its type
+    but no error status.
     """
     if span is None:
         return
+    from langgraph.errors import GraphBubbleUp
     from opentelemetry.trace import Status, StatusCode
 
+    if isinstance(exc, GraphBubbleUp):
+        span.set_attribute("mai.interrupted", type(exc).__name__ == "GraphInterrupt")
+        return
     error = type(exc).__name__
     span.set_attribute("error.type", error)
-    if not isinstance(exc, GeneratorExit | KeyboardInterrupt) and error != "CancelledError":
+    if not isinstance(exc, GeneratorExit | KeyboardInterrupt | asyncio.CancelledError):
         span.set_status(Status(StatusCode.ERROR, _safe_message(exc)))
 
 

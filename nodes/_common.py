@@ -192,7 +192,7 @@ async def call(
             raise
         prob = answer_probability(gen) if request.purpose != "cot" else None
         tracing.finish_call(span, gen, prob)
-    await llm_runs.end_call(run, gen)
+    await llm_runs.end_call(run, gen, request.purpose)
     rec = record(node, role, gen, prob)
     write({"event": "metrics", **rec})
     return gen, rec

@@ -54,10 +54,13 @@ def test_oracle_scores_one_on_every_policy(tmp_path):
     report = build_report(read_records(tmp_path / "out"))
     for policy, summary in report["policies"].items():
         assert summary["accuracy"] == 1.0, policy
-    assert report["policies"]["mai"]["routes"] == {
+    routes = report["policies"]["mai"]["routes"]
+    stages = routes["agree"].pop("stages_s")  # the simulated engines' modelled stages
+    assert routes == {
         "agree": {"n": 25, "share": 1.0, "mean_latency_s": pytest.approx(
             report["policies"]["mai"]["latency_s"]["mean"]), "predicted_latency_s": None}
     }  # fmt: skip
+    assert stages["queue_s"] == 0.0 and stages["prefill_s"] > 0
 
 
 @pytest.mark.parametrize(

@@ -61,12 +61,36 @@ def test_the_run_command_prints_the_stage_columns(capsys):
         ({"queue_time_ms": float("inf")}, (None, None, None)),
         ({"queue_time_ms": True}, (None, None, None)),
         ({"queue_time_ms": None, "generation_time_ms": 0}, (None, None, 0.0)),
-        ({"time_to_first_token_ms": 10**30}, (None, 1e27, None)),
+        ({"time_to_first_token_ms": 10**30}, (None, 2.0, None)),  # held to the call's time
+        ({"queue_time_ms": 10**400}, (None, None, None)),  # beyond any float
+        ({"queue_time_ms": -0.0, "generation_time_ms": 1500}, (0.0, None, 1.5)),
     ],
 )  # fmt: skip
 def test_served_stage_times_read_only_sane_numbers(metrics, expected):
-    got = served_stage_times(metrics)
+    got = served_stage_times(metrics, latency_s=2.0)
     assert (got["queue_s"], got["prefill_s"], got["decode_s"]) == expected
+
+
+@pytest.mark.parametrize(
+    "details, expected",
+    [
+        ({"cached_tokens": 3, "multimodal_tokens": {"image": 256}}, 256),
+        ({"multimodal_tokens": {"image": 16, "video": 64}}, 80),
+        ({"cached_tokens": 3}, None),
+        ({"multimodal_tokens": {"image": "256"}}, None),
+        ({"multimodal_tokens": {"image": -1}}, None),
+        ({"multimodal_tokens": [256]}, None),
+        ({"multimodal_tokens": {"image": True}}, None),
+    ],
+)
+def test_image_tokens_from_a_servers_usage_details(details, expected):
+    """vLLM's ``prompt_tokens_details.multimodal_tokens``, read as the client library hands it."""
+    from openai.types.completion_usage import PromptTokensDetails
+
+    from mai_graph.backends.openai import _media_tokens
+
+    assert _media_tokens(PromptTokensDetails.model_validate(details)) == expected
+    assert _media_tokens(None) is None
 
 
 class Stats:

@@ -376,3 +376,58 @@ def test_a_bad_traceparent_starts_a_trace_of_its_own(exporter):
             assert reply.status_code == 200, reply.text
     roots = by_name(memory.get_finished_spans())["invoke_agent mai"]
     assert len(roots) == 3 and all(r.parent is None for r in roots)
+
+
+async def test_a_streamed_chat_model_keeps_the_callers_span_current(exporter, caplog):
+    """The chat model's streamed run span lives on the run's own task, never the caller's."""
+    from opentelemetry import trace
+
+    memory, provider = exporter
+    small, large = transfer_pair()
+    chat = MAIChatModel(small=small, large=large, options=OPTIONS)
+    with provider.get_tracer("user-app").start_as_current_span("user request") as user:
+        pieces = []
+        async for chunk in chat.astream("Which colour?"):
+            assert trace.get_current_span() is user  # not MAI's run span
+            pieces.append(chunk.content)
+        assert trace.get_current_span() is user
+        # A consumer that leaves early: the run is cancelled on its task, the context intact.
+        async for _ in chat.astream("Which colour?"):
+            break
+        assert trace.get_current_span() is user
+    assert "".join(pieces)
+    assert "Failed to detach context" not in caplog.text
+    spans = memory.get_finished_spans()
+    roots = by_name(spans)["invoke_agent mai"]
+    (user_span,) = by_name(spans)["user request"]
+    assert roots and all(parent_of(r, spans) is user_span for r in roots)
+    assert any(r.attributes.get("mai.route") == "transfer" for r in roots)
+
+
+def test_a_review_pause_is_not_an_error(exporter):
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from mai_graph import create_mai_graph
+
+    memory, _ = exporter
+    graph = create_mai_graph(*transfer_pair(), review=True).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "review"}}
+    first = graph.invoke({"question": "Which?", "options": OPTIONS}, cfg, context={})
+    assert first["__interrupt__"]
+    assert graph.invoke(Command(resume="continue"), cfg, context={})["route"] == "transfer"
+    spans = memory.get_finished_spans()
+    assert not [s for s in spans if s.status.status_code == StatusCode.ERROR]
+    paused = [s for s in by_name(spans)["node review"] if s.attributes.get("mai.interrupted")]
+    assert paused and "error.type" not in paused[0].attributes
+
+
+def test_a_vllm_server_is_named_vllm_in_spans():
+    from mai_graph.backends.base import serving_kind
+    from mai_graph.backends.openai import OpenAIBackend
+    from mai_graph.backends.steered import SteeredBackend
+
+    served = OpenAIBackend.from_url("http://127.0.0.1:9/v1", "m")
+    assert serving_kind(served) == "vllm" and serving_kind(SteeredBackend(served, {})) == "vllm"
+    other = OpenAIBackend.from_url("http://127.0.0.1:9/v1", "m", vllm_extras=False)
+    assert serving_kind(other) == "openai"

@@ -266,7 +266,8 @@ def serving_kind(backend: object) -> str:
     """What serves ``backend``'s calls (``vllm``, ``openai``, ``transformers``), under wrappers.
 
     Steering and recording wrappers hold the backend they wrap as ``inner``; anything else
-    (the fakes, a user's own backend) is ``mai-graph``.
+    (the fakes, a user's own backend) is ``mai-graph``. An OpenAI-compatible server spoken to
+    with vLLM's request options (``vllm_extras``, the default) is ``vllm``.
 
     >>> from mai_graph.backends.fake import ScriptedBackend
     >>> serving_kind(ScriptedBackend("A"))
@@ -274,6 +275,8 @@ def serving_kind(backend: object) -> str:
     """
     for _ in range(8):
         kind = _KINDS.get(type(backend).__name__)
+        if kind == "openai" and getattr(backend, "vllm_extras", False):
+            kind = "vllm"
         inner = vars(backend).get("inner") if hasattr(backend, "__dict__") else None
         if kind is not None or inner is None:
             return kind or "mai-graph"

@@ -352,14 +352,16 @@ class OpenAIBackend:
             )
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
+        latency = time.perf_counter() - start
         return Generation(
-            **served_stage_times(timing),
+            **served_stage_times(timing, latency),
+            image_tokens=_media_tokens(details),
             text="".join(text),
             model=self.name,
             prompt_tokens=int(usage.prompt_tokens),
             cached_tokens=int(cached) if cached is not None else None,
             generated_tokens=int(usage.completion_tokens),
-            latency_s=time.perf_counter() - start,
+            latency_s=latency,
             ttft_s=ttft,
             finish_reason=finish,
             token_ids=tuple(token_ids),
@@ -371,17 +373,19 @@ class OpenAIBackend:
         return f"OpenAIBackend({self.model!r}, base_url={str(self.client.base_url)!r})"
 
 
-def served_stage_times(metrics: Any) -> StageTimes:
+def served_stage_times(metrics: Any, latency_s: float | None = None) -> StageTimes:
     """Queue, prefill and decode seconds from the ``metrics`` a server sent, where it did.
 
     ``vllm serve --enable-per-request-metrics`` puts the engine's own timings on the last
     (usage) chunk: ``queue_time_ms``, ``time_to_first_token_ms`` (first token net of queueing:
     the prefill) and ``generation_time_ms`` (first to last token). Without the flag, or from
-    other servers, they are None. What a server never returns: how many prompt tokens were
-    image tokens (``image_tokens`` stays None).
+    other servers, they are None. A server is not trusted: anything but a finite number >= 0
+    is None, and each stage is held to ``latency_s`` (what the client measured) when given.
 
     >>> served_stage_times({"queue_time_ms": 2.0, "time_to_first_token_ms": 30.0})
     {'queue_s': 0.002, 'prefill_s': 0.03, 'decode_s': None}
+    >>> served_stage_times({"generation_time_ms": 9e9}, latency_s=0.5)["decode_s"]
+    0.5
     >>> served_stage_times("nonsense")
     {'queue_s': None, 'prefill_s': None, 'decode_s': None}
     """
@@ -391,10 +395,36 @@ def served_stage_times(metrics: Any) -> StageTimes:
         value = got.get(key)
         if not isinstance(value, int | float) or isinstance(value, bool):
             return None
-        return value / 1000.0 if math.isfinite(value) and value >= 0 else None
+        try:
+            ms = float(value)
+        except OverflowError:  # an integer beyond any float
+            return None
+        if not math.isfinite(ms) or ms < 0:
+            return None
+        out = ms / 1000.0
+        return min(out, latency_s) if latency_s is not None else out
 
     return {
         "queue_s": seconds("queue_time_ms"),
         "prefill_s": seconds("time_to_first_token_ms"),
         "decode_s": seconds("generation_time_ms"),
     }
+
+
+def _media_tokens(details: Any) -> int | None:
+    """Prompt tokens of images and videos, from ``usage.prompt_tokens_details``.
+
+    vLLM (0.32) reports ``multimodal_tokens`` there (``{"image": n, "video": m}``) under
+    ``--enable-prompt-tokens-details``; None where a server does not, or sends nonsense.
+    """
+    if details is None:
+        return None
+    found = getattr(details, "multimodal_tokens", None)
+    if found is None:
+        found = (getattr(details, "model_extra", None) or {}).get("multimodal_tokens")
+    if not isinstance(found, dict):
+        return None
+    counts = [v for v in found.values() if isinstance(v, int) and not isinstance(v, bool)]
+    if len(counts) != len(found) or any(v < 0 for v in counts):
+        return None
+    return sum(counts)

@@ -69,11 +69,13 @@ async def test_graph_runs_through_the_server(server, scene):
     assert by_node["answer"]["cached_tokens"] >= 96  # the verify prefix, in whole blocks
     assert result.canonical in ("A", "B", "C", "D")
     assert result.sparsification["tokens_in"] > 0
-    # --enable-per-request-metrics: the engine's own stages come back with each call; a
-    # server does not say how many prompt tokens were image tokens.
+    # --enable-per-request-metrics: the engine's own stages come back with each call, and
+    # --enable-prompt-tokens-details the image tokens (vLLM's multimodal_tokens).
     for m in result.metrics:
         assert m["queue_s"] >= 0 and m["prefill_s"] > 0 and m["decode_s"] >= 0, m
-        assert m["image_tokens"] is None
+        assert m["queue_s"] + m["prefill_s"] + m["decode_s"] <= m["latency_s"] + 1e-6, m
+    assert len({m["image_tokens"] for m in result.metrics}) == 1
+    assert 0 < result.metrics[0]["image_tokens"] < result.metrics[0]["prompt_tokens"]
     assert by_node["reason"]["decode_s"] > by_node["verify"]["decode_s"]  # 48 tokens vs 1
 
 

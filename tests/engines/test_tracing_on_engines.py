@@ -50,5 +50,8 @@ async def test_a_transfer_run_reaches_an_otlp_receiver_with_stage_timings(engine
         for stage in ("mai.queue_s", "mai.prefill_s", "mai.decode_s"):
             assert a[stage] >= 0, (stage, a)
         assert a["mai.prefill_s"] > 0
+        # The stages fit in the call's time (both kinds count it from the request's arrival).
+        stages = a["mai.queue_s"] + a["mai.prefill_s"] + a["mai.decode_s"]
+        assert stages <= a["mai.latency_s"] + 0.005, a
     for role in ("small", "large"):  # one image, the same tokens in each of a model's calls
         assert len({m["image_tokens"] for m in result.metrics if m["role"] == role}) == 1

@@ -343,6 +343,7 @@ class TransformersBackend:
                 self._caches.store(key + tuple(fed), cache)
         out_ids = done.token_ids
         end = time.perf_counter()
+        arrived = start if submitted is None else min(submitted, start)
         first = done.first_token_at
         return Generation(
             # Its own steps, timed: the wait for the model, inputs + prefill, then decode.
@@ -355,8 +356,9 @@ class TransformersBackend:
             prompt_tokens=len(key),
             cached_tokens=cached,
             generated_tokens=len(out_ids),
-            latency_s=end - start,
-            ttft_s=None if first is None else first - start,
+            # As an engine reports them: from the request's arrival, its queueing included.
+            latency_s=end - arrived,
+            ttft_s=None if first is None else first - arrived,
             finish_reason=done.finish_reason,
             token_ids=tuple(out_ids),
             logprobs=None if done.logprobs is None else tuple(done.logprobs),
