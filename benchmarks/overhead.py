@@ -13,7 +13,7 @@ whose nodes do nothing (what any LangGraph graph of this shape costs per run on 
 Then the cost of tracing (``mai_graph.tracing``, needs the ``otel`` extra): per route, the
 graph with tracing off and on, interleaved: on with an SDK provider batching spans to an
 in-memory exporter, and batching them over OTLP/HTTP to a receiver process
-(``tests/otlp_receiver.py``, run from the repository root); and what tracing's hooks cost a
+(``tests/otlp_receiver.py``); and what tracing's hooks cost a
 run while it is off (timed one by one).
 """
 
@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -160,6 +161,7 @@ async def main(runs: int, rounds: int) -> None:
 @contextlib.contextmanager
 def _otlp_provider(tmp: Path):
     """A provider batching spans over OTLP/HTTP to a receiver process (None without one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the receiver is in tests/
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
