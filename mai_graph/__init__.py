@@ -10,6 +10,7 @@ from mai_graph.api import MAIResult, arun, run
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
 from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
 from mai_graph.context import MAIContext, Policy, SparsifyStrategy
+from mai_graph.decisions import MAIDecisionModel
 from mai_graph.engines import LineupSpec, ModelSpec, PlanError, build_lineup, load_lineup
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
@@ -34,6 +35,7 @@ __all__ = [
     "InputState",
     "LineupSpec",
     "MAIChatModel",
+    "MAIDecisionModel",
     "MAIContext",
     "MAIError",
     "MAIResult",
