@@ -43,12 +43,15 @@ SparsifyStrategy = Literal["surprisal", "attention", "relevance", "none"]
 Digits, option letters and negations are kept by every strategy unless ``force_keep`` is off.
 """
 
-Gate = Literal["agree", "agree_confident", "never"]
+Gate = Literal["agree", "agree_confident", "agree_joint", "never"]
 """When verification (and the S2 turn) may end a run early.
 
 - ``agree``: the two answers agree (the paper's rule).
 - ``agree_confident``: they agree *and* each model's probability for its own answer is at least
-  ``gate_min_prob`` (probabilities from the short answers' token logprobs).
+  ``gate_min_prob`` (the smaller of the two reaches it; probabilities from the answer
+  distributions, or the short answers' token logprobs).
+- ``agree_joint``: they agree *and* the product of the two models' probabilities of the agreed
+  answer (their joint probability, as independent judges) is at least ``gate_min_prob``.
 - ``never``: no early exit; every run reasons and transfers (an ablation, and how evaluation
   records every branch of a sample for offline calibration).
 """
@@ -109,12 +112,18 @@ class MAIContext(BaseModel):
     """Relative tolerance when comparing numeric answers (0.05 = 5%)."""
     gate: Gate = "agree"
     """Early-exit rule: agree (the paper's), agree_confident (agree and both answer
-    probabilities >= gate_min_prob), or never (always reason and transfer)."""
+    probabilities >= gate_min_prob), agree_joint (agree and their product >= gate_min_prob),
+    or never (always reason and transfer)."""
     gate_min_prob: float = Field(0.5, ge=0, le=1)
-    """agree_confident: the least probability each model must give its own short answer."""
+    """agree_confident: the least probability each model must give its own short answer;
+    agree_joint: the least product of the two."""
     large_confident_exit: float | None = Field(None, gt=0, le=1)
     """On disagreement, end with the large model's short answer when its probability is at
     least this (off when unset; a departure from the paper)."""
+    pooled_exit: float | None = Field(None, gt=0, le=1)
+    """On disagreement, end with the large model's short answer when the two models'
+    distributions, averaged, give it at least this probability (bounded questions; off when
+    unset; a departure from the paper)."""
     short_max_tokens: int = Field(16, ge=1, le=4096)
     """Token budget of the short answers (verify, answer)."""
     cot_max_tokens: int = Field(512, ge=1, le=131072)
@@ -146,6 +155,11 @@ class MAIContext(BaseModel):
     """Upper bound on transferred tokens, whatever the ratio (guards the large model's context)."""
     constrain_choices: bool = True
     """For multiple choice, constrain short answers to the option letters (where supported)."""
+    verify_distribution: bool = True
+    """For choice and yes_no questions, short answers (verification, S2, the answer after the
+    transfer) read the model's whole distribution over the allowed answers off one decode step
+    (the answer is its argmax); where the first token cannot tell the answers apart, or off,
+    they are generated."""
     temperature: float = Field(0.0, ge=0, le=5)
     """Sampling temperature of every call (0 = greedy)."""
     seed: int | None = Field(None, ge=0, le=MAX_SEED)

@@ -1,20 +1,22 @@
 """The early-exit gate: when two answers end a run (verification, and the S2 turn).
 
 The paper's rule is agreement of canonical answers. ``agree_confident`` also asks each model to
-be sure of its own answer (its probability, from the answer's token logprobs, at least
-``gate_min_prob``); ``never`` turns early exits off. Independently, ``large_confident_exit``
-ends a run with the large model's answer when the answers differ but the large model is sure.
+be sure of its own answer (its probability, from its answer distribution or the answer's token
+logprobs, at least ``gate_min_prob``: the smaller of the two); ``agree_joint`` asks the product
+of the two to reach it; ``never`` turns early exits off. Independently, on a disagreement,
+``large_confident_exit`` ends a run with the large model's answer when the large model is sure,
+and ``pooled_exit`` when the two models' distributions, averaged, put that much mass on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from mai_graph.answers import canonical_match
 from mai_graph.context import MAIContext
 
-__all__ = ["after_disagreement", "agreement_exits", "quorum_exits"]
+__all__ = ["after_disagreement", "agreement_exits", "pooled_probability", "quorum_exits"]
 
 
 NON_COMMITTAL = frozenset({"unknown", "unanswerable", "not answerable"})
@@ -45,6 +47,8 @@ def agreement_exits(
         return False
     if ctx.gate == "agree_confident":
         return _sure(prob_a, ctx.gate_min_prob) and _sure(prob_b, ctx.gate_min_prob)
+    if ctx.gate == "agree_joint":
+        return prob_a is not None and prob_b is not None and prob_a * prob_b >= ctx.gate_min_prob
     return True
 
 
@@ -74,15 +78,38 @@ def quorum_exits(
     return 2 * (agreeing + 1) > len(drafts) + 1
 
 
-def after_disagreement(large_prob: float | None, ctx: MAIContext) -> Literal["large", "escalate"]:
+def pooled_probability(
+    small: Mapping[str, float] | None, large: Mapping[str, float] | None, answer: str
+) -> float | None:
+    """The two models' averaged probability of ``answer`` (None without both distributions).
+
+    >>> pooled_probability({"A": 0.55, "B": 0.45}, {"A": 0.05, "B": 0.95}, "B")
+    0.7
+    """
+    if not small or not large:
+        return None
+    return (small.get(answer, 0.0) + large.get(answer, 0.0)) / 2
+
+
+def after_disagreement(
+    large_prob: float | None, ctx: MAIContext, pooled: float | None = None
+) -> Literal["large", "escalate"]:
     """On disagreement: ``large`` (end with the large answer) if it is sure enough, else escalate.
+
+    ``pooled`` is :func:`pooled_probability` of the large model's answer, for ``pooled_exit``.
 
     >>> after_disagreement(0.95, MAIContext(large_confident_exit=0.9))
     'large'
     >>> after_disagreement(0.95, MAIContext())
     'escalate'
+    >>> after_disagreement(0.6, MAIContext(pooled_exit=0.65), pooled=0.7)
+    'large'
     """
+    if ctx.gate == "never":
+        return "escalate"
     threshold = ctx.large_confident_exit
-    if threshold is not None and ctx.gate != "never" and _sure(large_prob, threshold):
+    if threshold is not None and _sure(large_prob, threshold):
+        return "large"
+    if ctx.pooled_exit is not None and _sure(pooled, ctx.pooled_exit):
         return "large"
     return "escalate"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mai_graph.answers import AnswerKind, normalize_options, resolve_kind
+from mai_graph.answers.distribution import answer_forms
 from mai_graph.backends.base import GenerationRequest, Purpose
 from mai_graph.context import MAIContext
 from mai_graph.errors import ImageError
@@ -180,11 +181,27 @@ def _request(
 
 
 def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
-    """A short answer (verification and the short baselines); logprobs give its probability."""
+    """A short answer (verification and the short baselines); logprobs give its probability.
+
+    For a bounded question (``choice``, ``yes_no``) it asks for the distribution over the
+    allowed answers too (``verify_distribution``), which backends read off one decode step; so
+    do the S2 turn and the large model's answer after the transfer.
+    """
     messages = short_messages(ctx, q.all_images, q.text, q.options, q.kind, q.videos)
     return _request(
-        q, ctx, messages, "short", max_tokens=ctx.short_max_tokens, choices=q.choices(ctx)
+        q,
+        ctx,
+        messages,
+        "short",
+        max_tokens=ctx.short_max_tokens,
+        choices=q.choices(ctx),
+        distribution=_forms(q, ctx),
     )
+
+
+def _forms(q: Question, ctx: MAIContext) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    """A bounded question's answers for a one-step distribution (``verify_distribution``)."""
+    return answer_forms(q.kind, q.options) if ctx.verify_distribution else None
 
 
 def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
@@ -204,7 +221,15 @@ def s2_request(
     """
     cot = cot_messages(ctx, q.all_images, q.text, q.options, q.videos)
     messages = s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind)
-    return _request(q, ctx, messages, "s2", max_tokens=ctx.s2_max_tokens, choices=q.choices(ctx))
+    return _request(
+        q,
+        ctx,
+        messages,
+        "s2",
+        max_tokens=ctx.s2_max_tokens,
+        choices=q.choices(ctx),
+        distribution=_forms(q, ctx),
+    )
 
 
 def answer_request(
@@ -222,5 +247,11 @@ def answer_request(
         ctx, q.all_images, q.text, q.options, q.kind, transfer, transfer_token_ids, q.videos
     )
     return _request(
-        q, ctx, messages, "answer", max_tokens=ctx.short_max_tokens, choices=q.choices(ctx)
+        q,
+        ctx,
+        messages,
+        "answer",
+        max_tokens=ctx.short_max_tokens,
+        choices=q.choices(ctx),
+        distribution=_forms(q, ctx),
     )

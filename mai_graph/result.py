@@ -106,6 +106,10 @@ class MAIResult:
     """The small model's probability for its short answer, when its backend gives logprobs."""
     large_prob: float | None = None
     """The large model's probability for its short answer, when its backend gives logprobs."""
+    small_distribution: dict[str, float] | None = None
+    """Bounded questions: the small model's probability of each allowed answer (verify)."""
+    large_distribution: dict[str, float] | None = None
+    """Bounded questions: the large model's probability of each allowed answer (verify)."""
     sparsification: Sparsification | None = None
     transfer: str | None = None
     """Transfer runs: the sparsified reasoning the large model read in its prefill."""
@@ -131,6 +135,8 @@ class MAIResult:
             s2_answer=out.get("s2_answer"),
             small_prob=out.get("small_prob"),
             large_prob=out.get("large_prob"),
+            small_distribution=out.get("small_distribution"),
+            large_distribution=out.get("large_distribution"),
             sparsification=out.get("sparsification"),
             transfer=out.get("transfer") if out.get("route") == "transfer" else None,
             stage=out.get("stage"),
@@ -156,6 +162,9 @@ class MAIResult:
         ):
             if value is not None:
                 p = "" if prob is None else f"  (p={prob:.2f})"
+                dist = getattr(self, f"{label}_distribution", None)
+                if dist:
+                    p += "  " + " ".join(f"{a}={q:.2f}" for a, q in dist.items())
                 lines.append(f"{label + ':':<10} {value!r}{p}")
         for d in self.drafts or ():
             s2 = f", s2 {d['s2_answer']!r}" if "s2_answer" in d else ""

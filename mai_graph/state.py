@@ -84,6 +84,11 @@ class NodeMetrics(TypedDict):
     answered, ``exp(sum(logprobs))``; None for reasoning or when the backend gives no logprobs."""
     text: NotRequired[str]
     """What this call generated, recorded at the call (each draft's and each stage's own)."""
+    distribution: NotRequired[dict[str, float] | None]
+    """Short answers to bounded questions: the model's probability of each allowed answer
+    (option letter, yes / no), read off one decode step; None where it was not asked for."""
+    distribution_fallback: NotRequired[str | None]
+    """Why a short answer that asked for a distribution was generated instead."""
 
 
 class Sparsification(TypedDict):
@@ -221,6 +226,8 @@ class OutputState(TypedDict):
     large_answer: NotRequired[str]
     small_prob: NotRequired[float | None]
     large_prob: NotRequired[float | None]
+    small_distribution: NotRequired[dict[str, float] | None]
+    large_distribution: NotRequired[dict[str, float] | None]
     s2_answer: NotRequired[str]
     sparsification: NotRequired[Sparsification]
     transfer: NotRequired[str]
@@ -247,6 +254,11 @@ class MAIState(InputState, Reasoning):
     """Small model's probability for its short answer (None without logprobs)."""
     large_prob: NotRequired[float | None]
     """Large model's probability for its short answer (None without logprobs)."""
+    small_distribution: NotRequired[dict[str, float] | None]
+    """Bounded questions: the small model's probability of each allowed answer at
+    verification (None where the backend generated instead; see the call's record)."""
+    large_distribution: NotRequired[dict[str, float] | None]
+    """Bounded questions: the large model's probability of each allowed answer."""
     sparsification: NotRequired[Sparsification]
     drafts: NotRequired[list[Draft]]
     """Runs with several drafts: each draft's short answer, reasoning and S2 answer."""

@@ -153,6 +153,8 @@ def answer_probability(gen: Generation) -> float | None:
     >>> answer_probability(Generation("B", "m", 3, 1, 0.1, logprobs=(-0.5,)))
     0.6065306597126334
     """
+    if gen.distribution is not None and gen.text in gen.distribution:
+        return gen.distribution[gen.text]
     if gen.logprobs is None or not gen.logprobs:
         return None
     total = math.fsum(gen.logprobs)
@@ -216,4 +218,6 @@ def record(node: str, role: str, gen: Generation, answer_prob: float | None) -> 
         finish_reason=gen.finish_reason,
         answer_prob=answer_prob,
         text=gen.text,
+        distribution=gen.distribution,
+        distribution_fallback=gen.distribution_fallback,
     )

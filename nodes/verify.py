@@ -12,7 +12,7 @@ from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
-from mai_graph.gate import after_disagreement, agreement_exits
+from mai_graph.gate import after_disagreement, agreement_exits, pooled_probability
 from mai_graph.lineup import Lineup
 from mai_graph.media import check_backends
 from mai_graph.requests import Question, short_request
@@ -83,6 +83,7 @@ async def verify(
                 f"{ctx.policy}_answer": gen.text,
                 f"{ctx.policy}_canonical": canonical,
                 f"{ctx.policy}_prob": rec["answer_prob"],
+                f"{ctx.policy}_distribution": gen.distribution,
             },
             answer=gen.text,
             canonical=canonical,
@@ -116,12 +117,15 @@ async def verify(
         small_answer=gs.text,
         small_canonical=cs,
         small_prob=ps,
+        small_distribution=gs.distribution,
         large_answer=gl.text,
         large_canonical=cl,
         large_prob=pl,
+        large_distribution=gl.distribution,
     )
     records += [rs, rl]
-    await apply_gate(update, records, (cs, ps), (gl.text, cl, pl), ctx, speculative)
+    pooled = pooled_probability(gs.distribution, gl.distribution, cl)
+    await apply_gate(update, records, (cs, ps), (gl.text, cl, pl), ctx, speculative, pooled)
     return update
 
 
@@ -132,10 +136,12 @@ async def apply_gate(
     large: tuple[str, str, float | None],
     ctx: MAIContext,
     speculative: asyncio.Future[dict[str, Any]] | None,
+    pooled: float | None = None,
 ) -> None:
     """End the run if the gate lets it (the large answer stands), else go on to reasoning.
 
-    ``small`` is (canonical, probability) and ``large`` (text, canonical, probability). On an
+    ``small`` is (canonical, probability) and ``large`` (text, canonical, probability);
+    ``pooled`` the two distributions' averaged probability of the large answer. On an
     exit a speculative chain of thought is cancelled; otherwise it is awaited and its
     reasoning and records join ``update`` and ``records`` (both changed in place).
     """
@@ -143,7 +149,7 @@ async def apply_gate(
     text, canonical, prob = large
     if agreement_exits(small_canonical, canonical, small_prob, prob, ctx):
         update.update(answer=text, canonical=canonical, route="agree")
-    elif after_disagreement(prob, ctx) == "large":
+    elif after_disagreement(prob, ctx, pooled) == "large":
         update.update(answer=text, canonical=canonical, route="large_confident")
     if update.get("route") is not None:
         await cancel_quietly(speculative)

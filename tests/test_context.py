@@ -62,7 +62,12 @@ def test_every_field_is_described_with_bounds_in_the_published_schema():
         assert prop.get("description"), f"{name} has no description"
     assert schema["properties"]["keep_ratio"]["exclusiveMinimum"] == 0
     assert schema["properties"]["keep_ratio"]["maximum"] == 1
-    assert schema["properties"]["gate"]["enum"] == ["agree", "agree_confident", "never"]
+    assert schema["properties"]["gate"]["enum"] == [
+        "agree",
+        "agree_confident",
+        "agree_joint",
+        "never",
+    ]
     assert schema["additionalProperties"] is False
 
 

@@ -77,7 +77,7 @@ def test_gap_recovered_and_the_pareto_front(records):
     accs = [s.accuracy for s in front]
     assert shares == sorted(shares) and accs == sorted(accs)
     gates = {s.setting.gate for s in result.curve}
-    assert gates == {"agree", "agree_confident", "never"}
+    assert gates == {"agree", "agree_confident", "agree_joint", "never"}
     assert {s.setting.s2_exit for s in result.curve} == {True, False}
     assert any(s.setting.large_confident_exit is not None for s in result.curve)
 

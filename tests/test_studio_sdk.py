@@ -68,7 +68,7 @@ async def test_context_form_schema_has_descriptions_bounds_and_enums(client):
     context = schemas["context_schema"]["properties"]
     assert all(prop.get("description") for prop in context.values())
     assert context["keep_ratio"]["exclusiveMinimum"] == 0 and context["keep_ratio"]["maximum"] == 1
-    assert context["gate"]["enum"] == ["agree", "agree_confident", "never"]
+    assert context["gate"]["enum"] == ["agree", "agree_confident", "agree_joint", "never"]
     assert context["review"]["type"] == "boolean"
     inputs = schemas["input_schema"]["properties"]
     assert "data URL" in inputs["image"]["description"]

@@ -15,6 +15,7 @@ from mai_graph.messages import Message
 
 __all__ = [
     "AttentionBackend",
+    "DistributionBackend",
     "Generation",
     "GenerationRequest",
     "LogprobsBackend",
@@ -62,6 +63,11 @@ class GenerationRequest:
     """Return the logprob of each prompt token (engines may then skip their prefix cache)."""
     choices: tuple[str, ...] | None = None
     """Constrain the output to exactly one of these strings (where the backend supports it)."""
+    distribution: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    """A bounded question's allowed answers, each with its surface forms
+    (:func:`~mai_graph.answers.distribution.answer_forms`): a backend that can read the first
+    answer token's log-probabilities (:class:`DistributionBackend`) answers in one decode step
+    with the whole distribution over them; others generate as the rest of the request says."""
     purpose: Purpose = "generate"
     """What the call is for; see :data:`Purpose`."""
     affinity_key: str | None = None
@@ -153,6 +159,11 @@ class Generation:
     """First token to last token."""
     image_tokens: int | None = None
     """Prompt tokens that stand for images and video frames (the vision encoder's output)."""
+    distribution: dict[str, float] | None = None
+    """For requests with ``distribution``: each allowed answer's probability (they sum to 1),
+    read from the first answer token; ``text`` is the answer taken from it."""
+    distribution_fallback: str | None = None
+    """Why a request that asked for a distribution got a constrained generation instead."""
 
 
 @runtime_checkable
@@ -215,6 +226,21 @@ class LogprobsBackend(Protocol):
     """
 
     supports_logprobs: Literal[True]
+
+
+@runtime_checkable
+class DistributionBackend(Protocol):
+    """A backend that answers requests with ``distribution`` in one decode step.
+
+    It reads the log-probabilities of each allowed answer's first tokens at the first
+    generated position (vLLM's ``logprob_token_ids``, the logits on transformers,
+    ``top_logprobs`` over a server, the fakes' script) and returns the distribution, its
+    ``text`` the answer taken from it. Where the first tokens cannot tell the answers apart
+    (an answer of several tokens, two answers sharing a first token) it generates as
+    ``choices`` asks and sets ``distribution_fallback`` to why.
+    """
+
+    supports_distribution: Literal[True]
 
 
 @runtime_checkable

@@ -53,6 +53,9 @@ class _FakeEngine:
 
     supports_logprobs = True
     """Generations carry logprobs when asked: scripted (``probs``) or a stable fake per word."""
+    supports_distribution = True
+    """Requests with ``distribution`` get one (scripted, or built around the answer's odds)
+    when the scripted text is one of the allowed answers."""
 
     def __init__(self, name: str, latency: float, image_tokens: int, cache_size: int) -> None:
         if latency < 0:
@@ -96,6 +99,37 @@ class _FakeEngine:
         finally:
             self.in_flight -= 1
 
+    def _scripted_distribution(self, request: GenerationRequest) -> Mapping[str, float] | None:
+        return None
+
+    def _distribution(
+        self, request: GenerationRequest, text: str, prob: float | None
+    ) -> tuple[dict[str, float] | None, str | None]:
+        """The distribution a fake answers a distribution request with, or why it cannot.
+
+        The scripted text must be one of the allowed answers' forms; its probability is the
+        scripted one (``probs``: a number, or a mapping answer -> probability for the whole
+        distribution), else the fake's stable odds for the word; the other answers share the
+        rest evenly.
+        """
+        if request.distribution is None:
+            return None, None
+        if request.min_tokens > 1:
+            return None, "min_tokens > 1 asks for a longer answer than one decode step"
+        answers = [a for a, _ in request.distribution]
+        chosen = next((a for a, forms in request.distribution if text in forms), None)
+        if chosen is None:
+            return None, f"the scripted answer {text!r} is not one of {answers}"
+        scripted = self._scripted_distribution(request)
+        if scripted is not None:
+            mass = {a: float(scripted.get(a, 0.0)) for a in answers}
+            total = math.fsum(mass.values())
+            if total > 0:
+                return {a: m / total for a, m in mass.items()}, None
+        p = prob if prob is not None else math.exp(_fake_logprob(text))
+        rest = (1.0 - p) / (len(answers) - 1) if len(answers) > 1 else 0.0
+        return {a: (p if a == chosen else rest) for a in answers}, None
+
     def _generation(
         self, request: GenerationRequest, text: str, elapsed: float, prob: float | None = None
     ) -> Generation:
@@ -120,7 +154,14 @@ class _FakeEngine:
             logprobs = (math.log(prob) if prob > 0 else -math.inf,) + (0.0,) * (len(words) - 1)
         elif request.logprobs is not None:
             logprobs = tuple(_fake_logprob(w) for w in words)
+        distribution, fallback = self._distribution(request, text, prob)
+        if distribution is not None:
+            p = distribution[next(a for a, forms in request.distribution or () if text in forms)]
+            words = [text]
+            logprobs = None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,)
         return Generation(
+            distribution=distribution,
+            distribution_fallback=fallback,
             text=" ".join(words),
             model=self.name,
             prompt_tokens=len(prompt),
@@ -151,7 +192,9 @@ class ScriptedBackend(_FakeEngine):
         image_tokens: Prompt tokens an image counts for.
         fail: ``{purpose: [exceptions]}``; each call of that purpose raises the next one first.
         probs: ``{purpose: probability}`` (or a list used in turn): the answer probability the
-            generation's logprobs carry (``exp(sum(logprobs))``), for confidence-gate tests.
+            generation's logprobs carry (``exp(sum(logprobs))``), for confidence-gate tests;
+            or ``{purpose: {answer: probability}}``, the whole distribution a distribution
+            request of that purpose gets (renormalized over its answers).
 
     Example:
         >>> backend = ScriptedBackend({"short": "B"}, name="small")
@@ -167,12 +210,15 @@ class ScriptedBackend(_FakeEngine):
         latency: float = 0.0,
         image_tokens: int = 64,
         fail: Mapping[str, Sequence[BaseException]] | None = None,
-        probs: Mapping[str, float | Sequence[float]] | None = None,
+        probs: Mapping[str, float | Sequence[float] | Mapping[str, float]] | None = None,
     ) -> None:
         super().__init__(name, latency, image_tokens, cache_size=64)
         self.probs: dict[str, Any] = dict(probs or {})
         for purpose, value in self.probs.items():
-            values = [value] if isinstance(value, int | float) else list(value)
+            if isinstance(value, Mapping):  # a whole distribution: answer -> probability
+                values = list(value.values())
+            else:
+                values = [value] if isinstance(value, int | float) else list(value)
             if not all(isinstance(p, int | float) and 0 <= p <= 1 for p in values):
                 raise ConfigError(
                     f"probs[{purpose!r}] must be probabilities in [0, 1], got {value!r}",
@@ -225,8 +271,14 @@ class ScriptedBackend(_FakeEngine):
             raise failures.pop(0)
         return await self._serve(request, self._respond(request), on_text, self._prob(request))
 
+    def _scripted_distribution(self, request: GenerationRequest) -> Mapping[str, float] | None:
+        value = self.probs.get(request.purpose)
+        return value if isinstance(value, Mapping) else None
+
     def _prob(self, request: GenerationRequest) -> float | None:
         value = self.probs.get(request.purpose)
+        if isinstance(value, Mapping):  # the answer's probability is read off the distribution
+            return None
         if value is None or isinstance(value, int | float):
             return value
         turn = self._prob_turn.get(request.purpose, 0)

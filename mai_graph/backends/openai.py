@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from mai_graph.answers.distribution import fold, pick
 from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import thinking_for
@@ -131,6 +133,9 @@ class OpenAIBackend:
 
     supports_logprobs = True
     """Generations carry the server's token logprobs when asked."""
+    supports_distribution = True
+    """Requests with ``distribution`` are answered in one step from the first token's
+    ``top_logprobs`` (:data:`TOP_LOGPROBS` of them: an answer outside them counts as 0)."""
 
     def __init__(
         self,
@@ -207,12 +212,15 @@ class OpenAIBackend:
         if request.logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = request.logprobs
+        one_step = one_step_request(request)
+        if one_step:  # one token, the first token's top log-probabilities, no constraint
+            body.update(max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
         extra: dict[str, Any] = {}
         if self.vllm_extras:
             extra["return_token_ids"] = True
             if request.min_tokens:
                 extra["min_tokens"] = request.min_tokens
-            if request.choices is not None:
+            if request.choices is not None and not one_step:
                 extra["structured_outputs"] = {"choice": list(request.choices)}
             if request.prompt_logprobs is not None:
                 extra["prompt_logprobs"] = request.prompt_logprobs
@@ -292,6 +300,11 @@ class OpenAIBackend:
         finish = "stop"
         usage = None
         timing: dict[str, Any] | None = None
+        one_step = one_step_request(request)
+        first_top: list[tuple[str, float]] | None = None
+        then: TextCallback | None = None
+        if one_step:  # the answer is taken at the end: no token deltas
+            on_text, then = None, on_text
         accepted = False  # the server answered with a stream: the request is in flight
         try:
             stream = await self.client.chat.completions.create(**body)
@@ -316,6 +329,10 @@ class OpenAIBackend:
                         for item in choice.logprobs.content:
                             logprobs.append(float(item.logprob))
                             pieces.append(item.token)
+                            if first_top is None:
+                                first_top = [
+                                    (t.token, float(t.logprob)) for t in item.top_logprobs or ()
+                                ]
                     if choice.finish_reason:
                         finish = choice.finish_reason
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
@@ -353,6 +370,40 @@ class OpenAIBackend:
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         latency = time.perf_counter() - start
+        if one_step:
+            assert request.distribution is not None
+            forms = {answer: tuple(f) for answer, f in request.distribution}
+            seen = dict(first_top or ())
+            if not any(f in seen for fs in forms.values() for f in fs):
+                # None of the answers is among the first token's top log-probabilities.
+                gen = await self._stream(dataclasses.replace(request, distribution=None), then)
+                return dataclasses.replace(
+                    gen,
+                    distribution_fallback=f"no allowed answer among the server's top "
+                    f"{TOP_LOGPROBS} first tokens",
+                )
+            distribution = fold(seen, forms)
+            answer = pick(distribution, request.temperature, request.seed)
+            if then is not None:
+                then(answer)
+            p = distribution[answer]
+            return Generation(
+                **served_stage_times(timing, latency),
+                image_tokens=_media_tokens(details),
+                text=answer,
+                model=self.name,
+                prompt_tokens=int(usage.prompt_tokens),
+                cached_tokens=int(cached) if cached is not None else None,
+                generated_tokens=int(usage.completion_tokens),
+                latency_s=latency,
+                ttft_s=ttft,
+                finish_reason="stop",
+                logprobs=None
+                if request.logprobs is None
+                else (math.log(p) if p > 0 else -math.inf,),
+                tokens=(answer,),
+                distribution=distribution,
+            )
         return Generation(
             **served_stage_times(timing, latency),
             image_tokens=_media_tokens(details),
@@ -428,3 +479,12 @@ def _media_tokens(details: Any) -> int | None:
     if len(counts) != len(found) or any(v < 0 for v in counts):
         return None
     return sum(counts)
+
+
+TOP_LOGPROBS = 20
+"""The most ``top_logprobs`` the OpenAI API allows per token (its documented 0-20 range)."""
+
+
+def one_step_request(request: GenerationRequest) -> bool:
+    """Whether ``request`` is answered in one step with its answers' distribution."""
+    return request.distribution is not None and request.min_tokens <= 1

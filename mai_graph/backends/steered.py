@@ -54,8 +54,15 @@ class SteeredBackend:
         return getattr(self.inner, name)
 
     def _steer(self, request: GenerationRequest) -> GenerationRequest:
+        """The request narrowed to the steered outputs, and generated.
+
+        Never read off one step: a distribution would range over every allowed answer, not
+        over the steered ones.
+        """
         forced = self.choices.get(request.purpose)
-        return request if forced is None else dataclasses.replace(request, choices=forced)
+        if forced is None:
+            return request
+        return dataclasses.replace(request, choices=forced, distribution=None)
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve ``request`` on the inner backend, narrowed to the steered choices."""

@@ -26,7 +26,7 @@ from mai_graph.errors import ConfigError
 from mai_graph.eval.datasets import GROUP_KEY
 from mai_graph.eval.records import CallRecord, RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, path_latency
-from mai_graph.gate import agreement_exits
+from mai_graph.gate import agreement_exits, pooled_probability
 
 __all__ = [
     "CalibrationResult",
@@ -54,6 +54,7 @@ class Setting:
     s2_exit: bool = True
     large_confident_exit: float | None = None
     keep_ratio: float = 0.2
+    pooled_exit: float | None = None
 
     def fields(self) -> dict[str, Any]:
         """The setting as :class:`~mai_graph.context.MAIContext` fields."""
@@ -64,15 +65,19 @@ class Setting:
 
         >>> Setting("agree_confident", 0.8, False, 0.95, 0.2).label()
         'agree_confident>=0.8, s2 off, large>=0.95, keep 0.2'
+        >>> Setting("agree_joint", 0.64, True, None, 0.2, pooled_exit=0.7).label()
+        'agree_joint>=0.64, s2 on, pooled>=0.7, keep 0.2'
         """
         gate = (
-            f"agree_confident>={self.gate_min_prob:g}"
-            if self.gate == "agree_confident"
+            f"{self.gate}>={self.gate_min_prob:g}"
+            if self.gate in ("agree_confident", "agree_joint")
             else (self.gate)
         )
         parts = [gate, f"s2 {'on' if self.s2_exit else 'off'}"]
         if self.large_confident_exit is not None:
             parts.append(f"large>={self.large_confident_exit:g}")
+        if self.pooled_exit is not None:
+            parts.append(f"pooled>={self.pooled_exit:g}")
         parts.append(f"keep {self.keep_ratio:g}")
         return ", ".join(parts)
 
@@ -124,10 +129,14 @@ class CalibrationResult:
     references: dict[str, Any] = field(default_factory=dict)
     """Weak / strong policy accuracies used for the gap recovered, per split."""
     base_context: dict[str, Any] = field(default_factory=dict)
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    """Each gate rule's cheapest setting at plain agreement's accuracy (see
+    :func:`compare_rules`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {
+            "rules": self.rules,
             "objective": self.objective,
             "met": self.met,
             "chosen": self.chosen.to_dict() if self.chosen else None,
@@ -207,9 +216,10 @@ def _thresholds(values: Sequence[float]) -> list[float]:
 def settings_grid(branches: Sequence[Branches]) -> list[Setting]:
     """Every setting the branches can replay.
 
-    Gates ``agree``, ``agree_confident`` at several probability thresholds and ``never``; S2
-    exit on and off; ``large_confident_exit`` off or at several thresholds; each keep ratio
-    recorded for every sample.
+    Gates ``agree``, ``agree_confident`` and ``agree_joint`` at several probability thresholds
+    and ``never``; S2 exit on and off; on disagreement nothing, ``large_confident_exit`` or
+    (where the verification calls recorded distributions) ``pooled_exit``, each at several
+    thresholds; each keep ratio recorded for every sample.
     """
     if not branches:
         return []
@@ -220,17 +230,32 @@ def settings_grid(branches: Sequence[Branches]) -> list[Setting]:
         for b in branches
         if b.small.answer_prob is not None and b.large.answer_prob is not None
     ]
+    joint = [
+        b.small.answer_prob * b.large.answer_prob
+        for b in branches
+        if b.small.answer_prob is not None and b.large.answer_prob is not None
+    ]
     large = [b.large.answer_prob for b in branches if b.large.answer_prob is not None]
+    pooled = [
+        p
+        for b in branches
+        if (p := pooled_probability(b.small.distribution, b.large.distribution,
+                                    b.large.canonical or "")) is not None
+    ]  # fmt: skip
     gate_probs = _thresholds(both) if both else []
-    large_probs = _thresholds(large) if large else []
+    joint_probs = _thresholds(joint) if joint else []
+    exits: list[tuple[float | None, float | None]] = [(None, None)]
+    exits += [(p, None) for p in (_thresholds(large) if large else [])]
+    exits += [(None, p) for p in (_thresholds(pooled) if pooled else [])]
     out = []
     for ratio in keep:
         out.append(Setting("never", 0.5, False, None, ratio))
         gates = [("agree", 0.5)] + [("agree_confident", p) for p in gate_probs]
+        gates += [("agree_joint", p) for p in joint_probs]
         for gate, min_prob in gates:
             for s2 in (True, False):
-                for exit_prob in [None, *large_probs]:
-                    out.append(Setting(gate, min_prob, s2, exit_prob, ratio))
+                for large_exit, pooled_exit in exits:
+                    out.append(Setting(gate, min_prob, s2, large_exit, ratio, pooled_exit))
     return out
 
 
@@ -333,6 +358,67 @@ def pareto_front(scores: Sequence[SettingScore]) -> list[SettingScore]:
             front.append(s)
             best = s.accuracy
     return front
+
+
+RULES = {
+    "agree": "plain agreement (the paper's rule)",
+    "agree_confident": "agreement, both probabilities >= t (the smaller one)",
+    "agree_joint": "agreement, the product of the probabilities >= t",
+    "large_confident": "+ on disagreement, the large model's probability >= t",
+    "pooled": "+ on disagreement, the averaged distributions' mass on its answer >= t",
+}
+"""The gate rules :func:`compare_rules` puts side by side."""
+
+
+def _rule(setting: Setting) -> str:
+    if setting.pooled_exit is not None:
+        return "pooled"
+    if setting.large_confident_exit is not None:
+        return "large_confident"
+    return setting.gate
+
+
+def _early_exit(score: SettingScore) -> float:
+    return score.routes.get("agree", 0.0) + score.routes.get("large_confident", 0.0)
+
+
+def compare_rules(
+    curve: Sequence[SettingScore],
+    held: Sequence[Branches],
+    base: MAIContext,
+    scorer: Any = None,
+) -> list[dict[str, Any]]:
+    """Each gate rule against plain agreement at equal accuracy, on both splits.
+
+    Plain agreement is ``agree`` with the S2 exit at the base keep ratio; for every rule, its
+    setting (at that keep ratio and S2 exit) with the lowest mean latency among those at least
+    as accurate as plain agreement on the calibration split, and how it does on the held-out
+    one: accuracy, early-exit share (runs ended at verification: ``agree`` and
+    ``large_confident``) and mean latency.
+    """
+    ratio = base.keep_ratio
+    same = [s for s in curve if s.setting.keep_ratio == ratio and s.setting.s2_exit]
+    plain = next((s for s in same if s.setting == Setting("agree", 0.5, True, None, ratio)), None)
+    if plain is None:
+        return []
+    out = []
+    for rule, meaning in RULES.items():
+        family = [s for s in same if _rule(s.setting) == rule and s.accuracy >= plain.accuracy]
+        if not family:
+            out.append({"rule": rule, "meaning": meaning, "setting": None})
+            continue
+        best = min(family, key=lambda s: (s.mean_latency_s, -s.accuracy))
+        on_held = score_setting(held, best.setting, base, _scorer=scorer)
+        row: dict[str, Any] = {"rule": rule, "meaning": meaning, "setting": best.setting.label()}
+        for split, score in (("calibration", best), ("held_out", on_held)):
+            row[split] = {
+                "accuracy": score.accuracy,
+                "early_exit_share": _early_exit(score),
+                "mean_latency_s": score.mean_latency_s,
+                "n": score.n,
+            }
+        out.append(row)
+    return out
 
 
 def _reference(records: RecordSet, ids: Sequence[str], policy: str) -> float | None:
@@ -442,7 +528,9 @@ def calibrate(
             held_met = held_score.accuracy >= target_accuracy
         else:
             held_met = held_score.transfer_share <= max_transfer_share  # type: ignore[operator]
+    rules = compare_rules(curve, held, base.replace(policy="mai"), scorer)
     return CalibrationResult(
+        rules=rules,
         objective=objective,
         met=chosen is not None,
         chosen=chosen,
@@ -480,7 +568,10 @@ def context_file(result: CalibrationResult) -> dict[str, Any]:
         if k not in ("policy", "answer_kind") and k in defaults and v != defaults[k]
     }
     out.update(result.chosen.setting.fields())
-    if out.get("gate") != "agree_confident":
+    if out.get("gate") not in ("agree_confident", "agree_joint"):
         out.pop("gate_min_prob", None)
+    for key in ("large_confident_exit", "pooled_exit"):
+        if out.get(key) is None:
+            out.pop(key, None)
     MAIContext(**out)  # the file must load
     return out

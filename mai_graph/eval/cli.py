@@ -253,7 +253,25 @@ def _calibration_text(data: dict[str, Any]) -> str:
     held = data["held_out"]
     verdict = "meets" if data["held_out_met"] else "MISSES"
     lines.append(f"held out:    {_score_text(held)} -> {verdict} the objective")
+    lines += _rules_text(data)
     return "\n".join(lines)
+
+
+def _rules_text(data: dict[str, Any]) -> list[str]:
+    """Each gate rule at plain agreement's accuracy: early exits and latency, both splits."""
+    rows = [r for r in data.get("rules") or () if r.get("setting")]
+    if not rows:
+        return []
+    lines = ["", "gate rules at plain agreement's accuracy (calibration -> held out):"]
+    for r in rows:
+        cal, held = r["calibration"], r["held_out"]
+        lines.append(
+            f"  {r['rule']:<16} acc {cal['accuracy']:.3f} -> {held['accuracy']:.3f}   "
+            f"early exits {100 * cal['early_exit_share']:.1f}% -> "
+            f"{100 * held['early_exit_share']:.1f}%   mean {1000 * cal['mean_latency_s']:.0f} -> "
+            f"{1000 * held['mean_latency_s']:.0f} ms   [{r['setting']}]"
+        )
+    return lines
 
 
 def _calibration_md(data: dict[str, Any], plots: dict[str, Path]) -> str:

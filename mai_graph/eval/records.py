@@ -93,6 +93,10 @@ class CallRecord(_Line):
     decode_s: float | None = None
     image_tokens: int | None = None
     finish_reason: str = "stop"
+    distribution: dict[str, float] | None = None
+    """Short answers to bounded questions: each allowed answer's probability (one step)."""
+    distribution_fallback: str | None = None
+    """Why such a short answer was generated instead of read off one step."""
     text: str | None = None
     """What the model wrote."""
     canonical: str | None = None

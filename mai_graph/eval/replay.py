@@ -16,7 +16,7 @@ from typing import Any
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.eval.records import CallRecord, SampleRun
-from mai_graph.gate import after_disagreement, agreement_exits
+from mai_graph.gate import after_disagreement, agreement_exits, pooled_probability
 
 __all__ = [
     "Branches",
@@ -188,7 +188,8 @@ class Branches:
         cl = vl.canonical or ""
         if exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx):
             return "agree", [vs, vl], vl
-        if after_disagreement(vl.answer_prob, ctx) == "large":
+        pooled = pooled_probability(vs.distribution, vl.distribution, cl)
+        if after_disagreement(vl.answer_prob, ctx, pooled) == "large":
             return "large_confident", [vs, vl], vl
         path = [vs, vl, self.reason, self.extract]
         ex = self.extract

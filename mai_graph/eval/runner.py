@@ -301,6 +301,8 @@ class _Evaluation:
                     decode_s=m.get("decode_s"),
                     image_tokens=m.get("image_tokens"),
                     finish_reason=m.get("finish_reason", "stop"),
+                    distribution=m.get("distribution"),
+                    distribution_fallback=m.get("distribution_fallback"),
                     answer_prob=m.get("answer_prob"),
                     text=text,
                     canonical=canonical,

@@ -308,6 +308,21 @@ def _word_logprob(rng: random.Random) -> float:
     return -5.0 * rng.random() ** 2
 
 
+def _distribution(request: GenerationRequest, text: str, prob: float) -> dict[str, float] | None:
+    """A simulated model's answer distribution: its probability on its answer, the rest even.
+
+    None when the request asks for none, or the answer is not one of the allowed ones.
+    """
+    if request.distribution is None or request.min_tokens > 1:
+        return None
+    answers = [a for a, _ in request.distribution]
+    chosen = next((a for a, forms in request.distribution if text in forms), None)
+    if chosen is None:
+        return None
+    rest = (1.0 - prob) / (len(answers) - 1) if len(answers) > 1 else 0.0
+    return {a: (prob if a == chosen else rest) for a in answers}
+
+
 def simulated_pair(
     samples: Sequence[Sample], config: SimConfig | None = None
 ) -> tuple[FunctionBackend, FunctionBackend]:
@@ -361,7 +376,9 @@ def simulated_pair(
             logprobs = logprobs[: len(words)]
             prompt = _prompt_tokens(request)
             ttft = prefill * prompt
+            distribution = _distribution(request, answer.text, answer.prob)
             return Generation(
+                distribution=distribution,
                 text=" ".join(words),
                 model=f"sim-{role}",
                 prompt_tokens=prompt,

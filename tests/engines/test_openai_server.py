@@ -79,6 +79,31 @@ async def test_graph_runs_through_the_server(server, scene):
     assert by_node["reason"]["decode_s"] > by_node["verify"]["decode_s"]  # 48 tokens vs 1
 
 
+async def test_one_step_distribution_over_the_server(server, scene):
+    """top_logprobs of the first token: the distribution over the option letters."""
+    from mai_graph.answers.distribution import answer_forms
+
+    url, *_ = server
+    options = {"A": "red", "B": "blue", "C": "green", "D": "yellow"}
+    parts = [{"type": "image", "image": image_ref(str(scene))},
+             {"type": "text", "text": "Which colour? A, B, C or D."}]  # fmt: skip
+    messages = ({"role": "user", "content": parts},)
+    one = await backend(url).generate(GenerationRequest(
+        messages, max_tokens=4, logprobs=0, choices=tuple(options),
+        distribution=answer_forms("choice", options),
+    ))  # fmt: skip
+    constrained = await backend(url).generate(
+        GenerationRequest(messages, max_tokens=4, logprobs=0, choices=tuple(options))
+    )
+    if one.distribution is None:  # no letter among the top 20 first tokens: generated instead
+        assert "top 20" in one.distribution_fallback and one.text == constrained.text
+        return
+    assert list(one.distribution) == list(options)
+    assert sum(one.distribution.values()) == pytest.approx(1.0)
+    assert one.text == max(one.distribution, key=one.distribution.get) == constrained.text
+    assert one.generated_tokens == 1 and one.image_tokens > 0
+
+
 async def test_choices_logprobs_and_token_ids(server, scene):
     url, *_ = server
     gen = await backend(url).generate(

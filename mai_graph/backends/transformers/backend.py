@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from mai_graph.answers.distribution import first_token_ids, fold, pick
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import render, thinking_for
 from mai_graph.backends.render import vocab_fingerprint as fingerprint_of
@@ -59,6 +61,8 @@ class TransformersBackend:
     supports_logprobs: Literal[True] = True
     """Generations carry the model's own logprobs when asked (see
     :class:`~mai_graph.backends.base.LogprobsBackend`)."""
+    supports_distribution: Literal[True] = True
+    """Requests with ``distribution`` are answered from the prefill's logits (one step)."""
 
     def __init__(
         self,
@@ -333,9 +337,20 @@ class TransformersBackend:
             )
             return out.logits[0, -1]
 
+        first_ids: dict[str, tuple[int, ...]] | str | None = None
+        if request.distribution is not None:
+            first_ids = (
+                first_token_ids(tok, request.distribution)
+                if request.min_tokens <= 1
+                else "min_tokens > 1 asks for a longer answer than one decode step"
+            )
         with torch.inference_mode():
             logits = model(**prefill).logits[0, -1]
             self._caches.store(key, cache)
+            if isinstance(first_ids, dict):
+                return self._one_step(
+                    request, logits, first_ids, key, cached, start, submitted, on_text
+                )
             done = decode(
                 logits, step, request, tok, self._eos_ids(), cancel=cancel, on_text=on_text
             )
@@ -363,6 +378,51 @@ class TransformersBackend:
             token_ids=tuple(out_ids),
             logprobs=None if done.logprobs is None else tuple(done.logprobs),
             tokens=tuple(tok.batch_decode([[t] for t in out_ids], skip_special_tokens=True)),
+            distribution_fallback=first_ids if isinstance(first_ids, str) else None,
+        )
+
+    def _one_step(
+        self,
+        request: GenerationRequest,
+        logits: Any,
+        first_ids: dict[str, tuple[int, ...]],
+        key: tuple[int, ...],
+        cached: int,
+        start: float,
+        submitted: float | None,
+        on_text: TextCallback | None,
+    ) -> Generation:
+        """A distribution request answered from the prefill's logits (no decode step)."""
+        import torch
+
+        first = time.perf_counter()
+        lps = torch.log_softmax(logits.float(), dim=-1)
+        wanted = sorted({t for ids in first_ids.values() for t in ids})
+        logprobs = dict(zip(wanted, lps[wanted].tolist()))
+        distribution = fold(logprobs, first_ids)
+        answer = pick(distribution, request.temperature, request.seed)
+        if on_text is not None:
+            on_text(answer)
+        end = time.perf_counter()
+        arrived = start if submitted is None else min(submitted, start)
+        p = distribution[answer]
+        return Generation(
+            queue_s=None if submitted is None else max(start - submitted, 0.0),
+            prefill_s=first - start,
+            decode_s=end - first,
+            image_tokens=sum(1 for t in key if t < 0),
+            text=answer,
+            model=self.name,
+            prompt_tokens=len(key),
+            cached_tokens=cached,
+            generated_tokens=1,
+            latency_s=end - arrived,
+            ttft_s=first - arrived,
+            finish_reason="stop",
+            token_ids=(first_ids[answer][0],),
+            logprobs=None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,),
+            tokens=(answer,),
+            distribution=distribution,
         )
 
     def _attention(

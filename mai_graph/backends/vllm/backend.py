@@ -25,13 +25,15 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mai_graph.answers.distribution import first_token_ids, fold, pick
 from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import media_ids, render, thinking_for, vocab_fingerprint
@@ -100,6 +102,11 @@ def _counter_kwargs(mm: Any) -> dict[str, Any]:
     return kwargs
 
 
+MAX_LOGPROB_TOKEN_IDS = 128
+"""The most token ids one request's ``logprob_token_ids`` may list (vLLM 0.32's
+``MAX_LOGPROB_TOKEN_IDS``, ``vllm/sampling_params.py``)."""
+
+
 class VLLMBackend:
     """A vision-language model served by an in-process vLLM ``AsyncLLM`` engine.
 
@@ -130,6 +137,8 @@ class VLLMBackend:
     supports_logprobs = True
     """Generations carry logprobs when asked (vLLM's default ``raw_logprobs``: after a choice
     constraint's mask, before temperature and other logits processors)."""
+    supports_distribution = True
+    """Requests with ``distribution`` are answered in one step (``logprob_token_ids``)."""
 
     def __init__(
         self,
@@ -183,6 +192,7 @@ class VLLMBackend:
         self._engine: AsyncLLM | None = None
         self._owns_engine = True
         self._tokenizer: Any = None
+        self._first_ids: dict[Any, dict[str, tuple[int, ...]] | str] = {}
         self._template: Any = None
         self._fingerprint: str | None = None
         self._eos: set[int] = set()
@@ -502,11 +512,44 @@ class VLLMBackend:
             return await self._generate(request, deliver)
         return await self._loop.arun(self._generate(request, deliver))
 
-    def sampling_params(self, request: GenerationRequest) -> SamplingParams:
-        """The native ``SamplingParams`` for a request."""
+    def distribution_ids(
+        self, request: GenerationRequest
+    ) -> dict[str, tuple[int, ...]] | str | None:
+        """Per allowed answer, its first-token ids (or why there are none); None: not asked.
+
+        Needs the tokenizer (the engine started). A request that must generate more than one
+        token (``min_tokens`` > 1) is not answered in one step.
+        """
+        if request.distribution is None:
+            return None
+        if request.min_tokens > 1:
+            return "min_tokens > 1 asks for a longer answer than one decode step"
+        key = request.distribution
+        if key not in self._first_ids:
+            found = first_token_ids(self._tokenizer, key)
+            if isinstance(found, dict) and sum(map(len, found.values())) > MAX_LOGPROB_TOKEN_IDS:
+                found = f"more than {MAX_LOGPROB_TOKEN_IDS} first tokens"
+            self._first_ids[key] = found
+        return self._first_ids[key]
+
+    def sampling_params(
+        self, request: GenerationRequest, first_ids: Mapping[str, Sequence[int]] | None = None
+    ) -> SamplingParams:
+        """The native ``SamplingParams`` for a request.
+
+        With ``first_ids`` (a distribution request): one token, the listed ids' log-probabilities
+        at that position (``logprob_token_ids``), no structured output.
+        """
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
+        if first_ids is not None:
+            return SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                seed=request.seed,
+                logprob_token_ids=sorted({t for ids in first_ids.values() for t in ids}),
+            )
         structured = None
         if request.choices is not None:
             structured = StructuredOutputsParams(choice=list(request.choices))
@@ -623,7 +666,13 @@ class VLLMBackend:
         await self._start()
         engine = self._engine
         assert engine is not None
-        params = self.sampling_params(request)
+        found = self.distribution_ids(request)
+        first_ids = found if isinstance(found, dict) else None
+        params = self.sampling_params(request, first_ids)
+        if first_ids is not None:  # the answer is known at the end: no token deltas
+            on_text, then = None, on_text
+        else:
+            then = None
         # Off the event loop: rendering tokenizes, and images may be read and decoded.
         prompt = await asyncio.to_thread(self._prompt, request)
         start = time.perf_counter()
@@ -665,6 +714,11 @@ class VLLMBackend:
         if final is None or not final.outputs:
             raise BackendError(f"{self.name} returned no output for {request.request_id}")
         completion = final.outputs[0]
+        if first_ids is not None:
+            gen = self._one_step(request, final, first_ids, latency, ttft)
+            if then is not None and gen.text:
+                then(gen.text)
+            return gen
         logprobs = None
         if request.logprobs is not None and completion.logprobs is not None:
             logprobs = tuple(
@@ -683,6 +737,7 @@ class VLLMBackend:
         return Generation(
             **stage_times(final.metrics),
             image_tokens=sum(1 for t in prompt_ids if t in media) if media else None,
+            distribution_fallback=found if isinstance(found, str) else None,
             text=completion.text,
             model=self.name,
             prompt_tokens=len(prompt_ids),
@@ -697,6 +752,40 @@ class VLLMBackend:
             tokens=tuple(
                 self._tokenizer.batch_decode([[t] for t in token_ids], skip_special_tokens=True)
             ),
+        )
+
+    def _one_step(
+        self,
+        request: GenerationRequest,
+        final: Any,
+        first_ids: Mapping[str, Sequence[int]],
+        latency: float,
+        ttft: float | None,
+    ) -> Generation:
+        """The generation of a one-step distribution request: the answer taken from it."""
+        completion = final.outputs[0]
+        step = completion.logprobs[0] if completion.logprobs else {}
+        logprobs = {int(t): float(lp.logprob) for t, lp in step.items()}
+        distribution = fold(logprobs, first_ids)
+        answer = pick(distribution, request.temperature, request.seed)
+        prompt_ids = final.prompt_token_ids or ()
+        media = media_ids(self._tokenizer)
+        p = distribution[answer]
+        return Generation(
+            **stage_times(final.metrics),
+            image_tokens=sum(1 for t in prompt_ids if t in media) if media else None,
+            text=answer,
+            model=self.name,
+            prompt_tokens=len(prompt_ids),
+            cached_tokens=final.num_cached_tokens,
+            generated_tokens=1,
+            latency_s=latency,
+            ttft_s=ttft,
+            finish_reason="stop",
+            token_ids=(first_ids[answer][0],),
+            logprobs=None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,),
+            tokens=(answer,),
+            distribution=distribution,
         )
 
     def __repr__(self) -> str:

@@ -1,0 +1,86 @@
+"""What one-step verification costs against a generated short answer, per call, on vLLM CPU.
+
+    python benchmarks/one_step.py [--pair v2] [--items 24] [--rounds 5]
+
+On the trained tiny pair's engines (``mai-graph pair``), the verification calls of held-out
+bounded questions (multiple choice, yes / no) are made two ways, interleaved per round: read off
+one decode step with the distribution over the allowed answers (``verify_distribution``, the
+default), and generated as before (constrained to the option letters; yes / no unconstrained).
+Prints, per model, the median per-call latency of each way, the ratio, the share of calls whose
+answer is the same both ways, and the generated tokens.
+"""
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mai_graph import MAIContext
+from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+from mai_graph.backends.vllm import VLLMBackend
+from mai_graph.eval.datasets import load_dataset
+from mai_graph.eval.synthetic import make_synthetic
+from mai_graph.pair import PAIRS, trained_pair_paths
+from mai_graph.requests import Question, short_request
+
+
+async def main(args: argparse.Namespace) -> None:
+    small_dir, large_dir = trained_pair_paths(PAIRS[args.pair])
+    with tempfile.TemporaryDirectory() as tmp:
+        data = load_dataset(make_synthetic(Path(tmp) / "data", n=args.items * 3, seed=4242,
+                                           task=args.pair))  # fmt: skip
+        bounded = [s for s in data.samples if s.kind in ("choice", "yes_no")][: args.items]
+        models = [VLLMBackend(str(small_dir), name="small"),
+                  VLLMBackend(str(large_dir), name="large")]  # fmt: skip
+        await start_backends(*models)
+        try:
+            one_ctx, gen_ctx = MAIContext(), MAIContext(verify_distribution=False)
+            questions = []
+            for s in bounded:
+                ctx = one_ctx.replace(answer_kind=s.kind)
+                questions.append(await asyncio.to_thread(Question.from_input, s.graph_input(), ctx))
+            rows = []
+            for backend in models:
+                times: dict[str, list[float]] = {"one step": [], "generated": []}
+                same = tokens_one = tokens_gen = total = 0
+                for r in range(args.rounds):
+                    order = ("one step", "generated") if r % 2 == 0 else ("generated", "one step")
+                    answers: dict[str, list[str]] = {}
+                    for way in order:
+                        base = one_ctx if way == "one step" else gen_ctx
+                        start = time.perf_counter()
+                        got = []
+                        for q, s in zip(questions, bounded):
+                            ctx = base.replace(answer_kind=s.kind)
+                            gen = await backend.generate(short_request(q, ctx))
+                            got.append(gen.text.strip())
+                            if way == "one step":
+                                tokens_one += gen.generated_tokens
+                            else:
+                                tokens_gen += gen.generated_tokens
+                        times[way].append((time.perf_counter() - start) / len(questions))
+                        answers[way] = got
+                    same += sum(a == b for a, b in zip(answers["one step"], answers["generated"]))
+                    total += len(questions)
+                a, b = statistics.median(times["one step"]), statistics.median(times["generated"])
+                rows.append((backend.name, a, b, same / total, tokens_one / total,
+                             tokens_gen / total))  # fmt: skip
+        finally:
+            shutdown_backends(*models)
+    print(f"verification calls on the trained {args.pair} pair (vLLM CPU), {len(bounded)} bounded "
+          f"questions x {args.rounds} rounds, medians per call:")  # fmt: skip
+    print(f"  {'model':<6} {'one step ms':>12} {'generated ms':>13} {'ratio':>6} "
+          f"{'same answer':>12} {'tokens':>12}")  # fmt: skip
+    for name, a, b, same, t1, t2 in rows:
+        print(f"  {name:<6} {a * 1e3:>12.1f} {b * 1e3:>13.1f} {a / b:>6.2f} {same:>12.1%} "
+              f"{t1:>5.1f} / {t2:<5.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="v2", choices=sorted(PAIRS))
+    parser.add_argument("--items", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=5)
+    asyncio.run(main(parser.parse_args()))
