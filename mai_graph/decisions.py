@@ -36,6 +36,7 @@ from langchain_core.decisions import (
 from langchain_core.messages import BaseMessage, UsageMetadata
 from pydantic import ConfigDict, Field
 
+from mai_graph.answers.distribution import around
 from mai_graph.api import arun
 from mai_graph.errors import ConfigError
 from mai_graph.langchain import _image_source, _names
@@ -152,9 +153,8 @@ def _probabilities(
         return {a: float(dist[a]) for a in answers}, "one_step"
     prob = (record or {}).get("answer_prob")
     p = float(prob) if isinstance(prob, int | float) and math.isfinite(prob) else 1.0
-    rest = (1.0 - p) / (len(answers) - 1) if len(answers) > 1 else 0.0
     why = (record or {}).get("distribution_fallback") or "the call returned no distribution"
-    return {a: (p if a == chosen else rest) for a in answers}, f"answer probability ({why})"
+    return around(answers, chosen, p), f"answer probability ({why})"
 
 
 class MAIDecisionModel(BaseDecisionModel):

@@ -188,20 +188,21 @@ def short_request(q: Question, ctx: MAIContext) -> GenerationRequest:
     do the S2 turn and the large model's answer after the transfer.
     """
     messages = short_messages(ctx, q.all_images, q.text, q.options, q.kind, q.videos)
+    return _answer(q, ctx, messages, "short", ctx.short_max_tokens)
+
+
+def _answer(
+    q: Question, ctx: MAIContext, messages: tuple[Message, ...], purpose: Purpose, budget: int
+) -> GenerationRequest:
+    """An answer call (short, S2, after the transfer), constrained to the option letters.
+
+    For a bounded question it is read off one step with its distribution
+    (``verify_distribution``).
+    """
+    forms = answer_forms(q.kind, q.options) if ctx.verify_distribution else None
     return _request(
-        q,
-        ctx,
-        messages,
-        "short",
-        max_tokens=ctx.short_max_tokens,
-        choices=q.choices(ctx),
-        distribution=_forms(q, ctx),
+        q, ctx, messages, purpose, max_tokens=budget, choices=q.choices(ctx), distribution=forms
     )
-
-
-def _forms(q: Question, ctx: MAIContext) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
-    """A bounded question's answers for a one-step distribution (``verify_distribution``)."""
-    return answer_forms(q.kind, q.options) if ctx.verify_distribution else None
 
 
 def cot_request(q: Question, ctx: MAIContext) -> GenerationRequest:
@@ -221,15 +222,7 @@ def s2_request(
     """
     cot = cot_messages(ctx, q.all_images, q.text, q.options, q.videos)
     messages = s2_messages(ctx, cot, reasoning, reasoning_token_ids, q.kind)
-    return _request(
-        q,
-        ctx,
-        messages,
-        "s2",
-        max_tokens=ctx.s2_max_tokens,
-        choices=q.choices(ctx),
-        distribution=_forms(q, ctx),
-    )
+    return _answer(q, ctx, messages, "s2", ctx.s2_max_tokens)
 
 
 def answer_request(
@@ -246,12 +239,4 @@ def answer_request(
     messages = transfer_messages(
         ctx, q.all_images, q.text, q.options, q.kind, transfer, transfer_token_ids, q.videos
     )
-    return _request(
-        q,
-        ctx,
-        messages,
-        "answer",
-        max_tokens=ctx.short_max_tokens,
-        choices=q.choices(ctx),
-        distribution=_forms(q, ctx),
-    )
+    return _answer(q, ctx, messages, "answer", ctx.short_max_tokens)

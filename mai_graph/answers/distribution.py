@@ -22,6 +22,8 @@ from mai_graph.answers.kinds import AnswerKind
 __all__ = [
     "YES_NO_FORMS",
     "answer_forms",
+    "answer_of",
+    "around",
     "first_token_ids",
     "fold",
     "pick",
@@ -51,6 +53,27 @@ def answer_forms(
     if kind == "yes_no":
         return tuple(YES_NO_FORMS.items())
     return None
+
+
+def answer_of(answers: Sequence[tuple[str, Sequence[str]]], text: str) -> str | None:
+    """The allowed answer ``text`` writes (one of its forms exactly), or None.
+
+    >>> answer_of(answer_forms("yes_no", None), "Yes"), answer_of(answer_forms("yes_no", None), "y")
+    ('yes', None)
+    """
+    return next((a for a, forms in answers if text in forms), None)
+
+
+def around(answers: Sequence[str], chosen: str, p: float) -> dict[str, float]:
+    """A distribution with ``p`` on ``chosen`` and the rest shared evenly by the others.
+
+    What is known of a model's distribution when only its answer's probability is.
+
+    >>> around(["A", "B", "C"], "A", 0.6)
+    {'A': 0.6, 'B': 0.2, 'C': 0.2}
+    """
+    rest = (1.0 - p) / (len(answers) - 1) if len(answers) > 1 else 0.0
+    return {a: (p if a == chosen else rest) for a in answers}
 
 
 def first_token_ids(

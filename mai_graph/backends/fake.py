@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from mai_graph.answers.distribution import answer_of, around
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import common_prefix
 from mai_graph.errors import BackendError, ConfigError
@@ -117,7 +118,7 @@ class _FakeEngine:
         if request.min_tokens > 1:
             return None, "min_tokens > 1 asks for a longer answer than one decode step"
         answers = [a for a, _ in request.distribution]
-        chosen = next((a for a, forms in request.distribution if text in forms), None)
+        chosen = answer_of(request.distribution, text)
         if chosen is None:
             return None, f"the scripted answer {text!r} is not one of {answers}"
         scripted = self._scripted_distribution(request)
@@ -127,8 +128,7 @@ class _FakeEngine:
             if total > 0:
                 return {a: m / total for a, m in mass.items()}, None
         p = prob if prob is not None else math.exp(_fake_logprob(text))
-        rest = (1.0 - p) / (len(answers) - 1) if len(answers) > 1 else 0.0
-        return {a: (p if a == chosen else rest) for a in answers}, None
+        return around(answers, chosen, p), None
 
     def _generation(
         self, request: GenerationRequest, text: str, elapsed: float, prob: float | None = None
@@ -156,7 +156,7 @@ class _FakeEngine:
             logprobs = tuple(_fake_logprob(w) for w in words)
         distribution, fallback = self._distribution(request, text, prob)
         if distribution is not None:
-            p = distribution[next(a for a, forms in request.distribution or () if text in forms)]
+            p = distribution[answer_of(request.distribution or (), text) or ""]
             words = [text]
             logprobs = None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,)
         return Generation(

@@ -370,6 +370,21 @@ class OpenAIBackend:
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         latency = time.perf_counter() - start
+        gen = Generation(
+            **served_stage_times(timing, latency),
+            image_tokens=_media_tokens(details),
+            text="".join(text),
+            model=self.name,
+            prompt_tokens=int(usage.prompt_tokens),
+            cached_tokens=int(cached) if cached is not None else None,
+            generated_tokens=int(usage.completion_tokens),
+            latency_s=latency,
+            ttft_s=ttft,
+            finish_reason=finish,
+            token_ids=tuple(token_ids),
+            logprobs=tuple(logprobs) if request.logprobs is not None and logprobs else None,
+            tokens=tuple(pieces) if pieces else None,
+        )
         if one_step:
             assert request.distribution is not None
             forms = {answer: tuple(f) for answer, f in request.distribution}
@@ -387,38 +402,18 @@ class OpenAIBackend:
             if then is not None:
                 then(answer)
             p = distribution[answer]
-            return Generation(
-                **served_stage_times(timing, latency),
-                image_tokens=_media_tokens(details),
+            return dataclasses.replace(
+                gen,
                 text=answer,
-                model=self.name,
-                prompt_tokens=int(usage.prompt_tokens),
-                cached_tokens=int(cached) if cached is not None else None,
-                generated_tokens=int(usage.completion_tokens),
-                latency_s=latency,
-                ttft_s=ttft,
                 finish_reason="stop",
+                token_ids=(),
                 logprobs=None
                 if request.logprobs is None
                 else (math.log(p) if p > 0 else -math.inf,),
                 tokens=(answer,),
                 distribution=distribution,
             )
-        return Generation(
-            **served_stage_times(timing, latency),
-            image_tokens=_media_tokens(details),
-            text="".join(text),
-            model=self.name,
-            prompt_tokens=int(usage.prompt_tokens),
-            cached_tokens=int(cached) if cached is not None else None,
-            generated_tokens=int(usage.completion_tokens),
-            latency_s=latency,
-            ttft_s=ttft,
-            finish_reason=finish,
-            token_ids=tuple(token_ids),
-            logprobs=tuple(logprobs) if request.logprobs is not None and logprobs else None,
-            tokens=tuple(pieces) if pieces else None,
-        )
+        return gen
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from mai_graph.answers import canonical_gold, canonical_number
+from mai_graph.answers.distribution import answer_of, around
 from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
 from mai_graph.errors import BackendError, ConfigError
@@ -315,12 +316,10 @@ def _distribution(request: GenerationRequest, text: str, prob: float) -> dict[st
     """
     if request.distribution is None or request.min_tokens > 1:
         return None
-    answers = [a for a, _ in request.distribution]
-    chosen = next((a for a, forms in request.distribution if text in forms), None)
+    chosen = answer_of(request.distribution, text)
     if chosen is None:
         return None
-    rest = (1.0 - prob) / (len(answers) - 1) if len(answers) > 1 else 0.0
-    return {a: (prob if a == chosen else rest) for a in answers}
+    return around([a for a, _ in request.distribution], chosen, prob)
 
 
 def simulated_pair(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -714,13 +715,8 @@ class VLLMBackend:
         if final is None or not final.outputs:
             raise BackendError(f"{self.name} returned no output for {request.request_id}")
         completion = final.outputs[0]
-        if first_ids is not None:
-            gen = self._one_step(request, final, first_ids, latency, ttft)
-            if then is not None and gen.text:
-                then(gen.text)
-            return gen
         logprobs = None
-        if request.logprobs is not None and completion.logprobs is not None:
+        if first_ids is None and request.logprobs is not None and completion.logprobs is not None:
             logprobs = tuple(
                 float(step[tid].logprob) if step is not None else float("nan")
                 for tid, step in zip(completion.token_ids, completion.logprobs)
@@ -734,7 +730,7 @@ class VLLMBackend:
         token_ids = tuple(completion.token_ids)
         prompt_ids = final.prompt_token_ids or ()
         media = media_ids(self._tokenizer)
-        return Generation(
+        gen = Generation(
             **stage_times(final.metrics),
             image_tokens=sum(1 for t in prompt_ids if t in media) if media else None,
             distribution_fallback=found if isinstance(found, str) else None,
@@ -753,44 +749,40 @@ class VLLMBackend:
                 self._tokenizer.batch_decode([[t] for t in token_ids], skip_special_tokens=True)
             ),
         )
-
-    def _one_step(
-        self,
-        request: GenerationRequest,
-        final: Any,
-        first_ids: Mapping[str, Sequence[int]],
-        latency: float,
-        ttft: float | None,
-    ) -> Generation:
-        """The generation of a one-step distribution request: the answer taken from it."""
-        completion = final.outputs[0]
-        step = completion.logprobs[0] if completion.logprobs else {}
-        logprobs = {int(t): float(lp.logprob) for t, lp in step.items()}
-        distribution = fold(logprobs, first_ids)
-        answer = pick(distribution, request.temperature, request.seed)
-        prompt_ids = final.prompt_token_ids or ()
-        media = media_ids(self._tokenizer)
-        p = distribution[answer]
-        return Generation(
-            **stage_times(final.metrics),
-            image_tokens=sum(1 for t in prompt_ids if t in media) if media else None,
-            text=answer,
-            model=self.name,
-            prompt_tokens=len(prompt_ids),
-            cached_tokens=final.num_cached_tokens,
-            generated_tokens=1,
-            latency_s=latency,
-            ttft_s=ttft,
-            finish_reason="stop",
-            token_ids=(first_ids[answer][0],),
-            logprobs=None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,),
-            tokens=(answer,),
-            distribution=distribution,
-        )
+        if first_ids is None:
+            return gen
+        gen = _one_step(request, gen, completion, first_ids)
+        if then is not None and gen.text:
+            then(gen.text)
+        return gen
 
     def __repr__(self) -> str:
         state = "running" if self.started else "not started"
         return f"VLLMBackend({self.model!r}, name={self.name!r}, {state})"
+
+
+def _one_step(
+    request: GenerationRequest,
+    gen: Generation,
+    completion: Any,
+    first_ids: Mapping[str, Sequence[int]],
+) -> Generation:
+    """A one-step distribution request's generation: the answer taken from the first step."""
+    step = completion.logprobs[0] if completion.logprobs else {}
+    logprobs = {int(t): float(lp.logprob) for t, lp in step.items()}
+    distribution = fold(logprobs, first_ids)
+    answer = pick(distribution, request.temperature, request.seed)
+    p = distribution[answer]
+    return dataclasses.replace(
+        gen,
+        text=answer,
+        generated_tokens=1,
+        finish_reason="stop",
+        token_ids=(first_ids[answer][0],),
+        logprobs=None if request.logprobs is None else (math.log(p) if p > 0 else -math.inf,),
+        tokens=(answer,),
+        distribution=distribution,
+    )
 
 
 def stage_times(stats: Any) -> StageTimes:
