@@ -9,7 +9,7 @@ each route's timing is real. Prints medians over ``--repeats`` runs, the speedup
 route over the large model reasoning by itself (large-CoT), the throughput of N concurrent
 graph runs vs N sequential ones, and the share of the shared prompt prefix that S2 and the
 large model's transfer call read from the engine's cache. The measuring code is
-``mai_graph.engines.bench`` (``mai-graph doctor`` runs it reduced).
+``mai_graph.latency.bench`` (``mai-graph doctor`` runs it reduced).
 """
 
 import argparse
@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.demo import demo_image
-from mai_graph.engines.bench import format_bench, measure
-from mai_graph.testing import tiny_backends
+from mai_graph.latency.bench import format_bench, measure
+from mai_graph.tiny.build import tiny_backends
+from mai_graph.tiny.demo import demo_image
 
 
 async def main(args):

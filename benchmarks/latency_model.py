@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.profile import Fresh, format_model, fresh_run, profile_pair
-from mai_graph.testing import tiny_backends
+from mai_graph.latency.profile import Fresh, format_model, fresh_run, profile_pair
+from mai_graph.tiny.build import tiny_backends
 
 ROUTES = ("agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot")
 TOLERANCE = 0.15

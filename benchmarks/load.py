@@ -29,7 +29,7 @@ import psutil
 from mai_graph import MAIContext, arun
 from mai_graph.backends.fake import ScriptedBackend
 from mai_graph.backends.steered import SteeredBackend
-from mai_graph.testing import draw_scene
+from mai_graph.tiny.build import draw_scene
 
 QUESTION = "Which colour is the large square in the centre of the image?"
 OPTIONS = ["red", "blue", "green", "yellow"]
@@ -126,7 +126,7 @@ async def fake_part(args: argparse.Namespace, image: Path) -> bool:
 
 async def engine_part(args: argparse.Namespace, image: Path) -> bool:
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-    from mai_graph.testing import tiny_backends
+    from mai_graph.tiny.build import tiny_backends
 
     small, large = tiny_backends("vllm", args.tiny_dir)
     start = time.perf_counter()

@@ -20,10 +20,10 @@ from pathlib import Path
 from mai_graph import MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.vllm import VLLMBackend
+from mai_graph.calls import Question, short_request
 from mai_graph.eval.datasets import load_dataset
 from mai_graph.eval.synthetic import make_synthetic
 from mai_graph.pair import PAIRS, trained_pair_paths
-from mai_graph.requests import Question, short_request
 
 
 async def main(args: argparse.Namespace) -> None:

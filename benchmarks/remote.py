@@ -44,7 +44,7 @@ from mai_graph.backends.recording import RecordingBackend  # noqa: E402
 from mai_graph.backends.render import common_prefix  # noqa: E402
 from mai_graph.backends.steered import SteeredBackend  # noqa: E402
 from mai_graph.backends.vllm import VLLMBackend  # noqa: E402
-from mai_graph.testing import build_tiny_pair, draw_scene  # noqa: E402
+from mai_graph.tiny.build import build_tiny_pair, draw_scene  # noqa: E402
 from tests.cluster import finished, metric, replicas, router, tokenize  # noqa: E402
 
 QUESTION = (

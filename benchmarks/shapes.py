@@ -24,8 +24,8 @@ from PIL import Image, ImageDraw
 from mai_graph import MAIContext, arun
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.render import common_prefix, media_ids, render
-from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
-from mai_graph.testing import tiny_backends
+from mai_graph.tiny.build import tiny_backends
+from mai_graph.tiny.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
 
 SHORT, COT = 8, 300
 LENGTHS = {"short": SHORT, "cot": COT, "s2": SHORT, "answer": SHORT}

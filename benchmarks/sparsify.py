@@ -20,17 +20,17 @@ from pathlib import Path
 
 from mai_graph import GenerationRequest, MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+from mai_graph.calls import Question
 from mai_graph.context import SparsifyStrategy
-from mai_graph.demo import DEMO_OPTIONS, demo_image
-from mai_graph.images import image_ref
+from mai_graph.inputs.sources import image_ref
 from mai_graph.nodes._common import RunScope
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
 from mai_graph.nodes.verify import verify
-from mai_graph.requests import Question
 from mai_graph.scoring import AttentionScorer, default_scorers
-from mai_graph.testing import tiny_backends
+from mai_graph.tiny.build import tiny_backends
+from mai_graph.tiny.demo import DEMO_OPTIONS, demo_image
 
 QUESTIONS = [
     "Which colour is the large square in the centre of the picture?",

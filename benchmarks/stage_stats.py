@@ -19,7 +19,7 @@ import time
 from mai_graph import GenerationRequest
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.vllm import VLLMBackend
-from mai_graph.testing import build_tiny_pair
+from mai_graph.tiny.build import build_tiny_pair
 
 
 async def main(args: argparse.Namespace) -> None:

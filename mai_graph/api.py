@@ -108,12 +108,12 @@ async def arun(
 
     Args:
         question: The question text.
-        image: A path, data URL, bytes, PIL image or :class:`~mai_graph.images.ImageRef`.
+        image: A path, data URL, bytes, PIL image or :class:`~mai_graph.inputs.images.ImageRef`.
         small: The small model's backend, or several drafter backends (see
             :func:`~mai_graph.graph.create_mai_graph`).
         large: The large model's backend, or a chain of larger backends, smallest first.
         images: Several images, in order (after ``image``, if given).
-        video: A video file, data URL, or its frames (see :mod:`mai_graph.media`).
+        video: A video file, data URL, or its frames (see :mod:`mai_graph.inputs.video`).
         options: Multiple-choice options: a mapping letter → text (``{"A": "cat", "B":
             "dog"}``), or a list of texts lettered A, B, ... in order.
         context: A :class:`MAIContext` or a dict of its fields.

@@ -12,6 +12,7 @@ from langgraph.types import RetryPolicy
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, SparsifyStrategy, mai_settings
 from mai_graph.errors import BackendError, ConfigError
+from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
 from mai_graph.nodes.answer import make_answer
 from mai_graph.nodes.escalate import make_escalate
@@ -21,7 +22,6 @@ from mai_graph.nodes.review import make_review
 from mai_graph.nodes.sparsify import make_sparsify
 from mai_graph.nodes.verify import make_verify
 from mai_graph.scoring import TokenScorer, default_scorers
-from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState, MAIState, OutputState
 
 __all__ = [
@@ -119,7 +119,7 @@ def create_mai_graph(
             ``review`` setting of its context. Needs a checkpointer; resume with
             ``Command(resume="continue")`` or ``Command(resume={"answer": ...})``.
         image_policy: Which image sources runs may give
-            (:class:`~mai_graph.sources.ImagePolicy`); ``None`` trusts the caller (any local
+            (:class:`~mai_graph.inputs.sources.ImagePolicy`); ``None`` trusts the caller (any local
             path). Graphs serving others' input use ``ImagePolicy.untrusted(roots)`` or
             ``ImagePolicy.from_env()``.
 

@@ -1,7 +1,8 @@
 """Chat messages as the graph builds them and every backend reads them.
 
-Images and videos travel as validated references (:class:`~mai_graph.images.ImageRef`,
-:class:`~mai_graph.media.VideoRef`), never pixels, and content parts keep their order (images,
+Images and videos travel as validated references (:class:`~mai_graph.inputs.images.ImageRef`,
+:class:`~mai_graph.inputs.video.VideoRef`), never pixels, and content parts keep their order
+(images,
 then the video, before the question), which is what lets engines share a prompt prefix across
 calls.
 """
@@ -12,8 +13,8 @@ from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict
 
-from mai_graph.images import ImageRef
-from mai_graph.media import VideoRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.video import VideoRef
 
 __all__ = ["ImagePart", "Message", "Part", "TextPart", "VideoPart"]
 

@@ -14,8 +14,8 @@ from typing import cast
 
 from mai_graph.answers import AnswerKind, Options
 from mai_graph.context import MAIContext
-from mai_graph.images import ImageRef
-from mai_graph.media import VideoRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message, Part, TextPart
 
 Images = ImageRef | Sequence[ImageRef] | None

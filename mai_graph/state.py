@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal, NotRequired, get_type_hints
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from mai_graph.images import ImageRef
-from mai_graph.media import VideoRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.video import VideoRef
 
 __all__ = [
     "Draft",
@@ -146,8 +146,8 @@ class InputState(TypedDict):
             ),
         ]
     ]
-    """A video file, its frames, or a :class:`~mai_graph.media.VideoRef`; the first node samples
-    its frames (``video_fps``, ``max_frames``) and keeps a reference."""
+    """A video file, its frames, or a :class:`~mai_graph.inputs.video.VideoRef`; the first node
+    samples its frames (``video_fps``, ``max_frames``) and keeps a reference."""
     options: NotRequired[
         Annotated[
             Mapping[str, str] | list[str] | None,

@@ -6,8 +6,8 @@ from typing import Any
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
+from mai_graph.calls import Question, answer_request
 from mai_graph.lineup import Lineup
-from mai_graph.requests import Question, answer_request
 from mai_graph.state import Draft, MAIState
 
 from ._common import Node, RunScope, call, tag_metrics, tagged

@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from mai_graph.answers import extract_answer
+from mai_graph.calls import Question, cot_request, s2_request, short_request
 from mai_graph.gate import after_disagreement, agreement_exits, quorum_exits
+from mai_graph.inputs.limits import check_backends
+from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Drafter, Lineup, rank_drafts
-from mai_graph.media import check_backends
-from mai_graph.requests import Question, cot_request, s2_request, short_request
 from mai_graph.scoring import TokenScorer
-from mai_graph.sources import ImagePolicy
 from mai_graph.state import Draft, MAIState, NodeMetrics, Sparsification
 
 from ._common import RunScope, call, tagged

@@ -6,9 +6,9 @@ from typing import Any
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
+from mai_graph.calls import Question, s2_request
 from mai_graph.gate import agreement_exits
 from mai_graph.lineup import Lineup
-from mai_graph.requests import Question, s2_request
 from mai_graph.state import MAIState
 
 from ._common import Node, RunScope, call, staged_node

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from mai_graph.backends.base import VLMBackend
+from mai_graph.calls import Question, cot_request
 from mai_graph.context import MAIContext
 from mai_graph.lineup import Lineup
-from mai_graph.requests import Question, cot_request
 from mai_graph.state import MAIState
 
 from ._common import Node, RunScope, call, staged_node

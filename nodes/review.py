@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.types import interrupt
 
 from mai_graph.answers import extract_answer
-from mai_graph.requests import Question
+from mai_graph.calls import Question
 from mai_graph.state import MAIState
 
 from ._common import Node, RunScope

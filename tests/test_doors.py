@@ -50,9 +50,9 @@ def flat(*sides):
 @pytest.fixture
 def capture(monkeypatch):
     """Stop each door where its engines would start, keeping the backends it built."""
+    import mai_graph.adapters.endpoint.app
     import mai_graph.api
     import mai_graph.backends.lifecycle
-    import mai_graph.serve
 
     async def stop_arun(question, image=None, *, small, large, **_):
         raise Captured(flat(small, large))
@@ -65,7 +65,7 @@ def capture(monkeypatch):
 
     monkeypatch.setattr(mai_graph.api, "arun", stop_arun)
     monkeypatch.setattr(mai_graph.backends.lifecycle, "start_backends", stop_start)
-    monkeypatch.setattr(mai_graph.serve, "run_server", stop_serve)
+    monkeypatch.setattr(mai_graph.adapters.endpoint.app, "run_server", stop_serve)
 
 
 def engine_args(backends):
@@ -131,7 +131,7 @@ def test_profile_passes_both_models_options(capture):
 
 
 def test_the_environment_passes_every_models_options():
-    from mai_graph.backends.select import backends_from_env
+    from mai_graph.engines.select import backends_from_env
 
     env = {
         "MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": S, "MAI_GRAPH_LARGE": L,
@@ -159,7 +159,7 @@ def test_a_lineup_file_reaches_every_door(capture, tmp_path, image):
     with pytest.raises(Captured) as got:
         main(["run", "Is it red?", "--image", image, "--lineup", str(path), "--no-plan"])
     check_options(engine_args(got.value.backends))
-    from mai_graph.backends.select import backends_from_env
+    from mai_graph.engines.select import backends_from_env
 
     small, large = backends_from_env({"MAI_GRAPH_LINEUP": str(path), "MAI_GRAPH_PLAN": "off"})
     check_options(engine_args(flat(small, large)))
@@ -223,7 +223,7 @@ def test_on_a_small_gpu_every_door_refuses_before_any_engine(capture, gpu, image
         err = capsys.readouterr().err
         assert "does not fit" in err and "weights alone" in err and "second GPU" in err
     from mai_graph import ConfigError
-    from mai_graph.backends.select import backends_from_env
+    from mai_graph.engines.select import backends_from_env
 
     env = {"MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": S, "MAI_GRAPH_LARGE": L}
     with pytest.raises(ConfigError, match="does not fit"):
@@ -241,7 +241,7 @@ def test_gpu_memory_without_a_gpu_is_refused(capture, image, capsys):
 
 def test_serve_with_drafters_and_a_chain_names_them(monkeypatch, capsys):
     """The defect: `serve --drafter` formatted a list's .name and crashed."""
-    import mai_graph.serve as serve
+    import mai_graph.adapters.endpoint.app as serve
 
     monkeypatch.setattr(serve, "serve", lambda app, **kw: None)
     monkeypatch.setattr(serve, "create_app", lambda *a, **kw: object())

@@ -99,7 +99,7 @@ def test_masked_transfer_separates_copying_from_reading(data, tmp_path):
 
 
 def test_eval_cli_reports_transfer_tokens_and_cost(data, tmp_path, monkeypatch, capsys):
-    import mai_graph.eval.cli as cli
+    import mai_graph.cli.eval as cli
 
     monkeypatch.setattr(cli, "_backends", lambda args, samples, context=None: _pair())
     out = tmp_path / "cli"

@@ -52,7 +52,7 @@ def good_image(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def endpoint():
     """(URL, small, large) of one app with every setting open, shared by the module."""
-    from mai_graph.serve import create_app
+    from mai_graph.adapters.endpoint.app import create_app
 
     small, large = agreeing()
     app = create_app(small, large, api_keys=[KEY], allowed_settings="all")

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from mai_graph import ImageError, image_ref
-from mai_graph.images import load_image
+from mai_graph.inputs.images import load_image
 
 
 def _bytes(img, fmt="PNG"):
@@ -131,7 +131,7 @@ def test_unsupported_source_type():
 
 
 def test_changed_file_is_detected(png):
-    from mai_graph import images
+    from mai_graph.inputs import images
 
     ref = image_ref(png)
     images.PIXELS.clear()
@@ -160,7 +160,7 @@ def test_forged_reference_cannot_read_a_cached_image_or_probe_files(png, tmp_pat
 
 
 def test_reference_is_verified_after_a_restart(png):
-    from mai_graph import images
+    from mai_graph.inputs import images
 
     ref = image_ref(png)
     images.PIXELS.clear()  # as in a new process resuming from a checkpoint
@@ -173,8 +173,8 @@ def test_malformed_reference_is_refused():
 
 
 async def test_aload_image_reads_in_a_thread(png):
-    from mai_graph import images
-    from mai_graph.images import aload_image
+    from mai_graph.inputs import images
+    from mai_graph.inputs.images import aload_image
 
     ref = image_ref(png)
     images.PIXELS.clear()
@@ -189,7 +189,7 @@ def test_store_files_are_named_by_content_hash_and_private(png):
     import os
     import stat
 
-    from mai_graph.images import store_dir
+    from mai_graph.inputs.images import store_dir
 
     ref = image_ref(png.read_bytes())
     path = Path(ref["path"])
@@ -202,7 +202,7 @@ def test_default_store_is_a_private_folder_of_the_user(tmp_path, monkeypatch):
     import stat
     import tempfile
 
-    from mai_graph.images import store_dir
+    from mai_graph.inputs.images import store_dir
 
     monkeypatch.delenv("MAI_GRAPH_IMAGE_DIR")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

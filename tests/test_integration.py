@@ -14,7 +14,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from mai_graph import BackendError, ConfigError, ImageError, ScriptedBackend, create_mai_graph
-from mai_graph.langchain import MAIChatModel, create_mai_chat_graph, messages_to_input
+from mai_graph.adapters.langchain import MAIChatModel, create_mai_chat_graph, messages_to_input
 
 OPTIONS = ["red", "blue", "green", "yellow"]
 COT = "the square is blue not red so option B"

@@ -8,7 +8,7 @@ import pytest
 
 from mai_graph.cli import EXIT_OK, EXIT_USAGE, main
 from mai_graph.errors import ConfigError
-from mai_graph.latency import (
+from mai_graph.latency.model import (
     FEATURES,
     MODEL_ROUTES,
     CallSample,
@@ -414,7 +414,7 @@ class SimEngine:
 
 
 async def test_profile_pair_recovers_a_simulated_pair(tmp_path):
-    from mai_graph.profile import profile_pair
+    from mai_graph.latency.profile import profile_pair
 
     large_true = TRUE.model_copy(update={"decode_token_s": 0.02, "call_s": 0.012})
     small, large = SimEngine("s", TRUE), SimEngine("l", large_true)
@@ -438,7 +438,7 @@ async def test_profile_pair_recovers_a_simulated_pair(tmp_path):
     assert w.prompt_tokens > 64 and w.short_tokens == 2
     assert w.reason_uncached < 40 and w.cot_prompt_tokens > w.prompt_tokens
     # The model reproduces a fresh simulated run's critical path, route by route.
-    from mai_graph.profile import Fresh, fresh_run
+    from mai_graph.latency.profile import Fresh, fresh_run
 
     fresh = Fresh(7, (64, 48))
     for route in ("agree", "extract_agree", "transfer", "small", "large", "large_cot"):
@@ -461,7 +461,7 @@ async def test_profile_pair_recovers_a_simulated_pair(tmp_path):
 
 
 async def test_profile_needs_two_rounds():
-    from mai_graph.profile import profile_pair
+    from mai_graph.latency.profile import profile_pair
 
     with pytest.raises(ConfigError, match="rounds must be at least 2"):
         await profile_pair(SimEngine("s", TRUE), SimEngine("l", TRUE), rounds=1)
@@ -490,7 +490,7 @@ def test_recorded_calls_charge_an_image_only_when_it_was_not_cached():
 def test_the_modelled_routes_are_the_graphs_routes_but_a_reviewers():
     from typing import get_args
 
-    from mai_graph.latency import MODEL_ROUTES
+    from mai_graph.latency.model import MODEL_ROUTES
     from mai_graph.state import Route
 
     assert set(MODEL_ROUTES) == set(get_args(Route)) - {"human"}

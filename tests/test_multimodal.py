@@ -19,17 +19,16 @@ from mai_graph import (
     create_mai_graph,
     run,
 )
+from mai_graph.adapters.langchain import messages_to_input
+from mai_graph.calls import Question
 from mai_graph.context import MAIContext
 from mai_graph.errors import ImageAccessError, ImageMismatchError
-from mai_graph.langchain import messages_to_input
-from mai_graph.media import (
-    check_media,
-    check_mm_limits,
+from mai_graph.inputs.limits import check_media, check_mm_limits
+from mai_graph.inputs.video import (
     load_video,
     resolve_video,
     sample_indices,
 )
-from mai_graph.requests import Question
 
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200)]
 
@@ -232,7 +231,7 @@ def test_bad_videos_fail_with_a_fix(source, message):
 
 def test_video_references_are_verified(clip, tmp_path):
     video = resolve_video(str(clip), max_frames=4)
-    from mai_graph.images import PIXELS
+    from mai_graph.inputs.images import PIXELS
 
     PIXELS.clear()
     assert len(load_video(video)) == 4  # decoded again, same frames
@@ -266,7 +265,7 @@ def test_untrusted_callers_send_videos_inline_or_under_the_roots(clip, tmp_path)
 async def test_images_and_video_are_decoded_off_the_event_loop(pictures, clip, monkeypatch):
     from blockbuster import blockbuster_ctx
 
-    from mai_graph import images
+    from mai_graph.inputs import images
 
     images.PIXELS.clear()
     graph = create_mai_graph(*pair()).compile()
@@ -339,7 +338,7 @@ def test_openai_body_sends_each_image_and_the_video_frames_with_their_hashes(pic
     q = Question.from_input(
         {"question": "q?", "images": pictures, "video": str(clip)}, MAIContext(max_frames=6)
     )
-    from mai_graph.requests import short_request
+    from mai_graph.calls import short_request
 
     request = short_request(q, MAIContext())
     backend = OpenAIBackend(object(), "m")  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from mai_graph.backends.render import render
+from mai_graph.calls import short_request
 from mai_graph.eval.synthetic import COLOURS, TASKS, TEMPLATES, make_synthetic
 from mai_graph.pair import (
     DEFAULT_PAIR,
@@ -30,7 +31,6 @@ from mai_graph.pair.task import (
     wrong_reasoning,
 )
 from mai_graph.pair.train import Gates, check_gates, heldout_stats
-from mai_graph.requests import short_request
 
 # -- the shipped pairs -----------------------------------------------------------------------
 

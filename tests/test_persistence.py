@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from mai_graph import ScriptedBackend, create_mai_graph
-from mai_graph.images import image_ref
+from mai_graph.inputs.sources import image_ref
 
 OPTIONS = ["red", "blue", "green", "yellow"]
 CHILD = Path(__file__).with_name("resume_child.py")

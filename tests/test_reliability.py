@@ -11,14 +11,14 @@ from PIL import Image
 
 from mai_graph import BackendError, ConfigError, GenerationRequest, ImageError, MAIContext, arun
 from mai_graph.backends.fake import ScriptedBackend
-from mai_graph.images import image_ref
-from mai_graph.limits import (
+from mai_graph.inputs.limits import (
     MAX_ASPECT_RATIO,
     MIN_IMAGE_SIDE,
     check_prompt_length,
     check_question,
     fit_image,
 )
+from mai_graph.inputs.sources import image_ref
 from tests.bad_inputs import CASES, OPTIONS, QUESTION, run_case
 
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 from mai_graph import create_mai_graph, demo_backends, image_ref, run
 from mai_graph.errors import ImageAccessError, ImageMismatchError
-from mai_graph.sources import ImagePolicy, resolve_image
+from mai_graph.inputs.sources import ImagePolicy, resolve_image
 
 SECRET = "sk-mai-test-0123456789abcdefSECRET"
 
@@ -60,7 +60,7 @@ def test_python_callers_keep_local_paths(tmp_path):
 
 
 def test_studio_graph_uses_the_untrusted_policy_from_the_environment():
-    from mai_graph import studio
+    from mai_graph.adapters import studio
 
     assert studio.image_policy == ImagePolicy.from_env()
     assert not studio.image_policy.allow_paths
@@ -77,7 +77,7 @@ async def test_graph_runs_with_images_never_block_the_event_loop(root, tmp_path,
     """
     from blockbuster import BlockingError, blockbuster_ctx
 
-    from mai_graph import images
+    from mai_graph.inputs import images
 
     monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "new-store"))
     images.PIXELS.clear()
@@ -156,8 +156,8 @@ def test_no_secret_in_state_checkpoints_metrics_results_or_logs(
     from langchain_core.callbacks import BaseCallbackHandler
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    from mai_graph.adapters.langchain import MAIChatModel
     from mai_graph.backends.openai import OpenAIBackend
-    from mai_graph.langchain import MAIChatModel
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
@@ -223,7 +223,7 @@ def _image_message(source):
 
 
 def test_chat_model_reads_no_server_files_by_default(root, tmp_path, monkeypatch):
-    from mai_graph.langchain import MAIChatModel
+    from mai_graph.adapters.langchain import MAIChatModel
 
     monkeypatch.delenv("MAI_GRAPH_IMAGE_ROOTS", raising=False)
     chat = MAIChatModel(small=demo_backends()[0], large=demo_backends()[1])
@@ -247,7 +247,7 @@ def test_chat_model_reads_no_server_files_by_default(root, tmp_path, monkeypatch
 
 
 def test_chat_graph_follows_the_environment(root, monkeypatch):
-    from mai_graph.langchain import create_mai_chat_graph
+    from mai_graph.adapters.langchain import create_mai_chat_graph
 
     monkeypatch.setenv("MAI_GRAPH_IMAGE_ROOTS", str(root))
     graph = create_mai_chat_graph(*demo_backends()).compile()
@@ -262,8 +262,8 @@ def test_no_secret_from_the_serving_endpoint(openai_server, monkeypatch, caplog)
     a response (answer, refusal or authentication error) or in the logs."""
     openai = pytest.importorskip("openai")
     pytest.importorskip("uvicorn")
+    from mai_graph.adapters.endpoint.app import create_app
     from mai_graph.backends.openai import OpenAIBackend
-    from mai_graph.serve import create_app
     from tests.servers import serving_app
 
     client_key = "sk-serve-client-key-9876543210CLIENT"

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from mai_graph import BackendError, FunctionBackend, ScriptedBackend
-from mai_graph.serve import create_app
-from mai_graph.serve_metrics import LATENCY_BUCKETS, ServeMetrics
+from mai_graph.adapters.endpoint.app import create_app
+from mai_graph.adapters.endpoint.metrics import LATENCY_BUCKETS, ServeMetrics
 from tests.servers import serving_app as running
 
 openai = pytest.importorskip("openai", reason="installed with the openai extra")

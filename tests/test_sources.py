@@ -13,8 +13,8 @@ from PIL import Image
 
 from mai_graph import ConfigError, ImageError
 from mai_graph.errors import ImageAccessError, ImageMismatchError
-from mai_graph.images import load_image
-from mai_graph.sources import ImagePolicy, is_public_address, resolve_image
+from mai_graph.inputs.images import load_image
+from mai_graph.inputs.sources import ImagePolicy, is_public_address, resolve_image
 
 
 def png_bytes(color=(200, 20, 20), size=(16, 12)):
@@ -310,7 +310,7 @@ def test_url_fetch_with_caps(image_server):
 
 
 def test_redirects_are_checked_again(image_server, monkeypatch):
-    import mai_graph.sources as sources
+    import mai_graph.inputs.sources as sources
 
     # Pretend 127.0.0.1 is a public host; its redirect to 127.0.0.2 must still be refused.
     monkeypatch.setattr(sources, "is_public_address", lambda a: a == "127.0.0.1")

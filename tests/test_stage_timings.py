@@ -18,7 +18,7 @@ from mai_graph import Generation, ScriptedBackend, run
 from mai_graph.backends.openai import served_stage_times
 from mai_graph.backends.vllm.backend import stage_times
 from mai_graph.cli import EXIT_OK, main
-from mai_graph.profile import engine_seconds
+from mai_graph.latency.profile import engine_seconds
 
 OPTIONS = ["red", "blue", "green"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mai_graph import ConfigError
-from mai_graph.backends.select import backends_from_env
+from mai_graph.engines.select import backends_from_env
 from tests.servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,14 +23,16 @@ def test_langgraph_json_names_the_studio_graph():
     for graph_id, target in spec["graphs"].items():
         path, name = target.split(":")
         assert (ROOT / path).is_file(), graph_id
-        assert callable(getattr(importlib.import_module("mai_graph.studio"), name)), graph_id
+        assert callable(getattr(importlib.import_module("mai_graph.adapters.studio"), name)), (
+            graph_id
+        )
 
 
 def test_env_selects_backends_without_starting_engines():
     small, large = backends_from_env({})
     assert small.name == "demo-small"
     code = (
-        "import sys, mai_graph.studio as s; g = s.graph; g.get_context_jsonschema();"
+        "import sys, mai_graph.adapters.studio as s; g = s.graph; g.get_context_jsonschema();"
         "print(type(g.builder.nodes['verify'].runnable).__name__,"
         " [m for m in ('vllm', 'torch') if m in sys.modules])"
     )

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="installed with the cpu / transformers extras")
 
-from mai_graph.testing import build_tiny_pair, count_parameters  # noqa: E402
+from mai_graph.tiny.build import build_tiny_pair, count_parameters  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -317,7 +317,7 @@ PARENT_ID = "00f067aa0ba902b7"
 def test_the_endpoint_nests_its_run_under_the_requests_traceparent(exporter, stream):
     openai = pytest.importorskip("openai", reason="installed with the openai extra")
     pytest.importorskip("uvicorn", reason="installed with the serve extra")
-    from mai_graph.serve import create_app
+    from mai_graph.adapters.endpoint.app import create_app
     from tests.servers import serving_app
 
     memory, _ = exporter
@@ -357,7 +357,7 @@ def test_a_bad_traceparent_starts_a_trace_of_its_own(exporter):
     pytest.importorskip("uvicorn", reason="installed with the serve extra")
     import httpx
 
-    from mai_graph.serve import create_app
+    from mai_graph.adapters.endpoint.app import create_app
     from tests.servers import serving_app
 
     memory, _ = exporter

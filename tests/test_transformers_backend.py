@@ -339,7 +339,7 @@ def test_eager_attention_restores_after_an_error():
 def picture(tmp_path_factory):
     from PIL import Image, ImageDraw
 
-    from mai_graph.images import image_ref
+    from mai_graph.inputs.sources import image_ref
 
     path = tmp_path_factory.mktemp("tf-backend") / "scene.png"
     img = Image.new("RGB", (160, 128), (128, 128, 128))

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, TypeGuard, runtime_checkable
 
 from mai_graph.errors import ConfigError
-from mai_graph.images import ImageRef
-from mai_graph.media import VideoRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message
 
 __all__ = [

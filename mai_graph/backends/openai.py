@@ -33,8 +33,8 @@ from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, T
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import thinking_for
 from mai_graph.errors import BackendError, ConfigError
-from mai_graph.images import load_image
-from mai_graph.media import load_video, video_metadata
+from mai_graph.inputs.images import load_image
+from mai_graph.inputs.video import load_video, video_metadata
 from mai_graph.messages import Message
 
 if TYPE_CHECKING:

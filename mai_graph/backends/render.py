@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mai_graph.errors import ConfigError
-from mai_graph.images import ImageRef
-from mai_graph.media import VideoRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message, Part
 
 __all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fingerprint"]

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mai_graph import tracing
-from mai_graph.backends.select import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
+from mai_graph.engines.select import add_backend_flags
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -130,7 +130,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _backends(args: argparse.Namespace, context: MAIContext | None = None) -> tuple[Any, Any]:
-    from mai_graph.backends.select import backends_from_args
+    from mai_graph.engines.select import backends_from_args
 
     return backends_from_args(args, context=context)
 
@@ -158,14 +158,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from mai_graph.serve import run_server
+    from mai_graph.adapters.endpoint.app import run_server
 
     ctx = _context(args)
     return run_server(args, ctx, _backends(args, ctx))
 
 
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
-    from mai_graph.testing import build_tiny_pair, count_parameters, tiny_folder
+    from mai_graph.tiny.build import build_tiny_pair, count_parameters, tiny_folder
 
     if args.dir is not None:
         from mai_graph.files import output_folder
@@ -181,15 +181,18 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from mai_graph.demo import run_demo
+    """The trained pair's demo (default, ``v1``, ``v2``), or each route forced on the random one."""
+    if args.pair in ("trained", "v1", "v2"):
+        from mai_graph.pair.demo import run_trained_demo
+
+        chosen = args.dir or (None if args.pair == "trained" else args.pair)
+        return run_trained_demo(
+            root=chosen, backend=args.backend, questions=args.questions, as_json=args.json
+        )
+    from mai_graph.tiny.demo import run_demo
 
     return run_demo(
-        root=args.dir,
-        backend=args.backend,
-        cot_tokens=args.cot_tokens,
-        as_json=args.json,
-        pair=args.pair,
-        questions=args.questions,
+        root=args.dir, backend=args.backend, cot_tokens=args.cot_tokens, as_json=args.json
     )
 
 
@@ -356,13 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_cmd_build_tiny)
     diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
     diagram.set_defaults(func=_cmd_diagram)
-    from mai_graph.eval.cli import register as register_eval  # eval, calibrate, synth-data
+    from mai_graph.cli.eval import register as register_eval  # eval, calibrate, synth-data
 
     register_eval(sub)
-    from mai_graph.profile import register as register_profile  # profile (latency model)
+    from mai_graph.latency.profile import register as register_profile  # profile (latency model)
 
     register_profile(sub)
-    from mai_graph.pair.cli import register as register_pair  # pair, train-pair
+    from mai_graph.cli.pair import register as register_pair  # pair, train-pair
 
     register_pair(sub)
     from mai_graph.cli.plan import register as register_plan  # plan (memory plan)

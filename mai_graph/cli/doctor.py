@@ -49,7 +49,7 @@ class _Checks:
 
 
 def _lineup(args: argparse.Namespace) -> Any:
-    from mai_graph.backends.select import lineup_from_args
+    from mai_graph.engines.select import lineup_from_args
 
     if args.small is None and args.large is None and not args.lineup:
         from mai_graph.pair import trained_pair_paths
@@ -134,8 +134,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 async def _run_engines(small: Any, large: Any, checks: _Checks, args: argparse.Namespace) -> None:
     from mai_graph.backends.base import ManagedBackend
     from mai_graph.backends.lifecycle import shutdown_backends
-    from mai_graph.demo import demo_image
-    from mai_graph.engines.bench import ROUTES, format_bench, measure
+    from mai_graph.latency.bench import ROUTES, format_bench, measure
+    from mai_graph.tiny.demo import demo_image
 
     try:
         for role, backend in (("small", small), ("large", large)):
@@ -203,7 +203,7 @@ async def _run_engines(small: Any, large: Any, checks: _Checks, args: argparse.N
 
 def register(sub: Any) -> None:
     """Add ``doctor`` to ``mai-graph``'s subcommands."""
-    from mai_graph.backends.select import add_backend_flags
+    from mai_graph.engines.select import add_backend_flags
 
     p = sub.add_parser(
         "doctor",

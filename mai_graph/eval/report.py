@@ -36,7 +36,7 @@ from mai_graph.eval.records import RecordSet, SampleRun
 from mai_graph.eval.replay import Branches, Outcome, outcome
 from mai_graph.eval.scorers import headline, kind_metrics
 from mai_graph.eval.transfer import transfer_analysis
-from mai_graph.latency import MODEL_ROUTES
+from mai_graph.latency.model import MODEL_ROUTES
 
 __all__ = [
     "LatencyModel",

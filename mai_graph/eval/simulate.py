@@ -252,8 +252,8 @@ class _Lookup:
 
     def _image_hash(self, sample: Sample) -> str | None:
         if sample.id not in self._hashes:
-            from mai_graph.images import image_ref
-            from mai_graph.limits import fit_image
+            from mai_graph.inputs.limits import fit_image
+            from mai_graph.inputs.sources import image_ref
 
             # as the graph sees it: a small image is scaled up first
             ref = fit_image(image_ref(sample.image)) if sample.image else None

@@ -143,7 +143,7 @@ def trained_backends(
     Raises:
         ConfigError: A file of the pair is missing or changed.
     """
-    from mai_graph.backends.select import backends_for
+    from mai_graph.engines.select import backends_for
 
     if kind not in ("vllm", "transformers"):
         raise ConfigError(

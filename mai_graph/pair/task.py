@@ -3,7 +3,7 @@
 Items come from :func:`mai_graph.eval.synthetic.draw_item` (the evaluation's generator), so
 ``mai-graph synth-data --seed S`` draws exactly the held-out items a training run evaluated on
 with ``heldout_seed=S``. Every training prompt is built by the graph's request builders
-(:mod:`mai_graph.requests`) and rendered with the chat template by
+(:mod:`mai_graph.calls`) and rendered with the chat template by
 :func:`mai_graph.backends.render.render`, the same path the engines take: what the models
 learned to answer is exactly what the graph asks.
 
@@ -37,10 +37,10 @@ from typing import Any, Literal, cast
 
 from mai_graph.answers import AnswerKind
 from mai_graph.backends.render import render
+from mai_graph.calls import Question, answer_request, cot_request, s2_request, short_request
 from mai_graph.context import MAIContext
 from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item, task_of
-from mai_graph.images import ImageRef
-from mai_graph.requests import Question, answer_request, cot_request, s2_request, short_request
+from mai_graph.inputs.images import ImageRef
 from mai_graph.scoring.base import must_keep, select_tokens, split_pieces
 from mai_graph.scoring.mask import answer_statement
 
@@ -182,7 +182,7 @@ def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
 
 
 def question_of(item: SyntheticItem, kind: AnswerKind | None = None) -> Question:
-    """The graph's :class:`~mai_graph.requests.Question` for an item (image as a placeholder).
+    """The graph's :class:`~mai_graph.calls.Question` for an item (image as a placeholder).
 
     ``kind`` overrides the item's answer kind (e.g. ``auto``, as ``mai-graph run`` asks).
     """
@@ -454,7 +454,7 @@ def corpus(n: int = 400, task: str = "v1") -> list[str]:
 
     Deterministic; rendered with the chat template, so role headers and instructions are in.
     """
-    from mai_graph.testing import CHAT_TEMPLATE
+    from mai_graph.tiny.build import CHAT_TEMPLATE
 
     class _Template:  # renders the chat template without a tokenizer
         def apply_chat_template(self, messages: Any, **kwargs: Any) -> str:

@@ -55,7 +55,7 @@ from mai_graph.pair.task import (
     region_labels,
     train_item,
 )
-from mai_graph.testing import TinySpec
+from mai_graph.tiny.build import TinySpec
 
 __all__ = [
     "PAIR_SPECS",
@@ -181,7 +181,7 @@ def build_tokenizer(task: str = "v1") -> Any:
     Every task word is one token; any other text still encodes (byte fallback). The Qwen chat
     special tokens and chat template are those of the tiny random pair.
     """
-    from mai_graph.testing import build_tokenizer as build
+    from mai_graph.tiny.build import build_tokenizer as build
 
     return build(corpus(task=task), vocab_size=2048, model_max_length=4096)
 
@@ -191,7 +191,7 @@ def build_processor(tokenizer: Any, side: int) -> Any:
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    from mai_graph.testing import CHAT_TEMPLATE
+    from mai_graph.tiny.build import CHAT_TEMPLATE
 
     size = {"shortest_edge": side * side, "longest_edge": side * side}
     image_processor = Qwen2VLImageProcessor(
@@ -216,7 +216,7 @@ def new_model(spec: PairSpec, tokenizer: Any, seed: int) -> Any:
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
-    from mai_graph.testing import tiny_config, tiny_generation_config
+    from mai_graph.tiny.build import tiny_config, tiny_generation_config
 
     torch.manual_seed(seed)
     config = tiny_config(spec.tiny, tokenizer)
@@ -446,8 +446,8 @@ def predict_short(
     import torch
 
     from mai_graph.backends.render import render
+    from mai_graph.calls import short_request
     from mai_graph.pair.task import CONTEXT
-    from mai_graph.requests import short_request
 
     b = Batcher(model, processor, tokenizer)
     answers = [""] * len(items)
@@ -779,10 +779,10 @@ def measure_speed(
     from PIL import Image
 
     from mai_graph.backends.base import GenerationRequest
-    from mai_graph.backends.select import backends_for
-    from mai_graph.images import image_ref
+    from mai_graph.calls import Question, cot_request
+    from mai_graph.engines.select import backends_for
+    from mai_graph.inputs.sources import image_ref
     from mai_graph.pair.task import CONTEXT
-    from mai_graph.requests import Question, cot_request
 
     ref = image_ref(Image.new("RGB", (128, 128), (255, 255, 255)))
     q = Question("How many shapes are there?", ref, None, "number")

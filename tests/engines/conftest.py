@@ -9,7 +9,7 @@ ENGINES = ("vllm", "transformers")
 
 @pytest.fixture(scope="session")
 def scene(tmp_path_factory) -> Path:
-    from mai_graph.testing import draw_scene
+    from mai_graph.tiny.build import draw_scene
 
     return draw_scene(tmp_path_factory.mktemp("scene") / "scene.png")
 
@@ -19,7 +19,7 @@ def engines(request, tiny_pair):
     """(kind, small, large), each pair started once per session and shut down at the end."""
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.loop import run_sync
-    from mai_graph.testing import tiny_backends
+    from mai_graph.tiny.build import tiny_backends
 
     if request.param == "vllm":
         pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")

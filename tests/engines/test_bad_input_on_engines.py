@@ -27,7 +27,7 @@ async def test_processor_limits_are_checked_before_the_engine(engines):
     from PIL import Image
 
     from mai_graph import GenerationRequest, ImageError
-    from mai_graph.images import image_ref
+    from mai_graph.inputs.sources import image_ref
 
     _, small, _ = engines
     strip = image_ref(Image.new("RGB", (8000, 4)))  # the graph's limits would refuse it first

@@ -14,7 +14,7 @@ import pytest
 from mai_graph import MAIContext, arun
 from mai_graph.answers.distribution import answer_forms
 from mai_graph.backends.base import GenerationRequest
-from mai_graph.images import image_ref
+from mai_graph.inputs.sources import image_ref
 from tests.engines.test_qwen_on_engines import qwen_engines, qwen_transformers  # noqa: F401
 
 pytestmark = pytest.mark.engine

@@ -9,7 +9,7 @@ import pytest
 
 from mai_graph import BackendError, GenerationRequest, MAIContext, arun
 from mai_graph.backends.steered import SteeredBackend
-from mai_graph.images import image_ref
+from mai_graph.inputs.sources import image_ref
 from tests.cluster import metric
 from tests.servers import children, free_port, paused, serving
 

@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from mai_graph.backends.base import GenerationRequest
-from mai_graph.images import image_ref
+from mai_graph.inputs.sources import image_ref
+from mai_graph.inputs.video import resolve_video
 from mai_graph.loop import run_sync
-from mai_graph.media import resolve_video
 
 pytestmark = pytest.mark.engine
 
@@ -134,8 +134,8 @@ def test_video_token_counts_match_the_engine(qwen_engines, tmp_path):
 
 def test_s2_and_the_transfer_are_served_from_the_prefix_cache(qwen_engines, tmp_path):
     """A forced transfer run on the real template: S2 re-reads its cached conversation."""
-    from mai_graph.demo import demo_image
-    from mai_graph.engines.bench import measure
+    from mai_graph.latency.bench import measure
+    from mai_graph.tiny.demo import demo_image
 
     small, large = qwen_engines
     image = demo_image(tmp_path / "demo.png")
@@ -183,8 +183,8 @@ def qwen_transformers_pair(qwen_pair, qwen_transformers):
 def test_transformers_s2_reuses_its_cache_and_counts_images(qwen_transformers_pair, tmp_path):
     """The transformers backend on the real vocabulary: forced routes, S2 over its own KV cache,
     and the image token count of its processor at the real settings."""
-    from mai_graph.demo import demo_image
-    from mai_graph.engines.bench import measure
+    from mai_graph.latency.bench import measure
+    from mai_graph.tiny.demo import demo_image
 
     small, large = qwen_transformers_pair
     image = demo_image(tmp_path / "demo.png")
@@ -207,9 +207,9 @@ def test_a_thinking_template_on_transformers(tmp_path_factory, tmp_path):
 
     from mai_graph.backends.render import render, thinking_for
     from mai_graph.backends.transformers import TransformersBackend
-    from mai_graph.demo import demo_image
-    from mai_graph.engines.bench import route_once
-    from mai_graph.testing import build_tiny_pair
+    from mai_graph.latency.bench import route_once
+    from mai_graph.tiny.build import build_tiny_pair
+    from mai_graph.tiny.demo import demo_image
 
     base = os.environ.get("MAI_GRAPH_TINY_DIR")
     root = Path(base) / "qwen-thinking" if base else tmp_path_factory.mktemp("thinking")
@@ -241,8 +241,8 @@ def test_sparsification_keeps_whole_words_of_real_subword_reasoning(
     or surprisal: what the large model reads is whole words, its ids spliced as generated."""
     from mai_graph import MAIContext, arun
     from mai_graph.backends.recording import ForcedBackend
-    from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
     from mai_graph.scoring.base import word_groups
+    from mai_graph.tiny.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
 
     small, large = qwen_transformers_pair
     lengths = {"short": 4, "cot": 64, "s2": 4, "answer": 4}

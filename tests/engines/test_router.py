@@ -23,7 +23,7 @@ from mai_graph import BackendError, MAIContext, arun, create_mai_graph
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.render import common_prefix
 from mai_graph.backends.steered import SteeredBackend
-from mai_graph.testing import draw_scene
+from mai_graph.tiny.build import draw_scene
 from tests.cluster import finished, replicas, router, tokenize
 from tests.servers import children, paused
 
@@ -127,7 +127,7 @@ async def test_affinity_keeps_each_runs_calls_on_one_replica_and_its_cache(clust
 
 
 async def test_small_in_process_large_remote(cluster, tiny_pair, scene):
-    from mai_graph.backends.select import backends_for
+    from mai_graph.engines.select import backends_for
 
     small, large = backends_for(
         "transformers", str(tiny_pair[0]), "tiny-large", urls=(None, cluster["large"].url)
@@ -146,7 +146,7 @@ async def test_small_in_process_large_remote(cluster, tiny_pair, scene):
 
 
 async def test_both_remote_from_environment_settings(cluster, scene):
-    from mai_graph.backends.select import backends_from_env
+    from mai_graph.engines.select import backends_from_env
 
     env = {
         "MAI_GRAPH_SMALL_URL": cluster["router"].url,

@@ -5,8 +5,8 @@ import base64
 
 import pytest
 
+from mai_graph.adapters.endpoint.app import create_app
 from mai_graph.backends.steered import SteeredBackend
-from mai_graph.serve import create_app
 from tests.servers import serving_app
 
 pytestmark = [pytest.mark.engine]
@@ -62,7 +62,7 @@ def test_endpoint_answers_streams_and_batches_on_real_engines(engines, scene):
         assert [o.model_extra["mai"]["route"] for o in outs] == ["transfer"] * 4
 
         # Two images in one message: both reach the engines, in every call.
-        from mai_graph.testing import draw_scene
+        from mai_graph.tiny.build import draw_scene
 
         other = draw_scene(scene.parent / "other.png", 7)
         second = "data:image/png;base64," + base64.b64encode(other.read_bytes()).decode()

@@ -25,7 +25,7 @@ def tf_small(tiny_pair):
 
 
 async def s2_request(backend, scene, n=96):
-    from mai_graph.images import image_ref
+    from mai_graph.inputs.sources import image_ref
 
     ctx = MAIContext()
     cot = cot_messages(ctx, image_ref(scene), QUESTION, OPTIONS)

@@ -25,7 +25,7 @@ from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end, promp
 from mai_graph.backends.transformers.kv_cache import KVCacheStore, cache_key, empty_cache
 from mai_graph.backends.transformers.loading import eos_token_ids, load_model, load_processor
 from mai_graph.errors import BackendError, ConfigError
-from mai_graph.limits import check_prompt_length
+from mai_graph.inputs.limits import check_prompt_length
 from mai_graph.loop import on_caller_loop
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "TransformersBackend"]

@@ -15,8 +15,8 @@ from typing import Any
 
 from mai_graph.backends.render import RenderedPrompt
 from mai_graph.errors import ConfigError
-from mai_graph.images import ImageRef, load_image
-from mai_graph.media import VideoRef, load_video, processor_metadata
+from mai_graph.inputs.images import ImageRef, load_image
+from mai_graph.inputs.video import VideoRef, load_video, processor_metadata
 
 __all__ = ["VISION_KEYS", "image_end", "media_end", "prompt_inputs"]
 

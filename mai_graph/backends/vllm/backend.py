@@ -49,10 +49,10 @@ from mai_graph.backends.vllm.teardown import (
     stop_engine,
 )
 from mai_graph.errors import BackendError, ConfigError, ImageError
-from mai_graph.images import ImageRef, load_image
-from mai_graph.limits import check_prompt_length
+from mai_graph.inputs.images import ImageRef, load_image
+from mai_graph.inputs.limits import check_media_counts, check_mm_limits, check_prompt_length
+from mai_graph.inputs.video import VideoRef, video_input
 from mai_graph.loop import BackgroundLoop, on_caller_loop
-from mai_graph.media import VideoRef, check_media_counts, check_mm_limits, video_input
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -126,7 +126,7 @@ class VLLMBackend:
             :data:`RESTART_WINDOW_S` (by the next request); beyond that, requests fail fast
             until :meth:`shutdown`. 0: never restart.
         limit_mm_per_prompt: Most images and videos one prompt may carry (vLLM plans memory
-            for them at start-up), default :data:`~mai_graph.media.DEFAULT_MM_LIMITS`; e.g.
+            for them at start-up), default :data:`~mai_graph.inputs.limits.DEFAULT_MM_LIMITS`; e.g.
             ``{"image": 1, "video": 0}`` when questions carry one image. Requests over it are
             refused before they reach the engine.
         **engine_kwargs: Passed through to ``vllm.AsyncEngineArgs``.
@@ -274,7 +274,7 @@ class VLLMBackend:
         """Serve two tiny requests that exercise the image, choice and logprob paths."""
         from PIL import Image
 
-        from mai_graph.images import image_ref
+        from mai_graph.inputs.sources import image_ref
 
         ref = await asyncio.to_thread(image_ref, Image.new("RGB", (64, 64), (127, 127, 127)))
         text = {"type": "text", "text": "Warm-up."}

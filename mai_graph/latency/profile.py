@@ -11,7 +11,7 @@
 3. real MAI runs on forced routes (``agree`` and ``transfer``, fresh image and question each):
    the prompt sizes of every call and the graph's own overhead.
 
-It then fits :class:`~mai_graph.latency.LatencyModel`. :func:`register` adds the command.
+It then fits :class:`~mai_graph.latency.model.LatencyModel`. :func:`register` adds the command.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from mai_graph.backends.base import GenerationRequest, StreamingBackend, VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
-from mai_graph.latency import (
+from mai_graph.latency.model import (
     MODEL_ROUTES,
     CallSample,
     CallShape,
@@ -93,7 +93,7 @@ class Fresh:
         """A new random picture (an ``ImageRef``)."""
         from PIL import Image, ImageDraw
 
-        from mai_graph.images import image_ref
+        from mai_graph.inputs.sources import image_ref
 
         rng = self.rng
         img = Image.new("RGB", self.size, tuple(rng.randrange(256) for _ in range(3)))
@@ -171,7 +171,7 @@ def engine_seconds(gen: Any) -> float:
 
 
 def _verify_request(fresh: Fresh, ctx: MAIContext, image: Any) -> GenerationRequest:
-    from mai_graph.requests import Question, short_request
+    from mai_graph.calls import Question, short_request
 
     q = Question(f"{fresh.nonce()} {_QUESTION}", image, dict(_OPTIONS), "choice")
     return short_request(q, ctx)
@@ -231,7 +231,7 @@ async def fresh_run(
     small: VLMBackend, large: VLMBackend, fresh: Fresh, route: str, folder: Path, **kw: Any
 ) -> Any:
     """:func:`forced_run` on a new image and question."""
-    from mai_graph.images import load_image
+    from mai_graph.inputs.images import load_image
 
     path = folder / f"profile-{fresh.count}.png"
     load_image(fresh.image()).save(path)
@@ -628,7 +628,7 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
                 parameter="--tiny",
                 value=args.backend,
             )
-        from mai_graph.testing import tiny_backends
+        from mai_graph.tiny.build import tiny_backends
 
         small, large = tiny_backends(kind, args.tiny or None)
     else:
@@ -639,7 +639,7 @@ def _measure(args: argparse.Namespace) -> LatencyModel:
                 value="fake",
                 fix="use --backend vllm with --small/--large (or --tiny), or --what-if",
             )
-        from mai_graph.backends.select import backends_from_args
+        from mai_graph.engines.select import backends_from_args
 
         small, large = backends_from_args(args, context=_plan_context(args))
 
@@ -672,7 +672,7 @@ def _plan_context(args: argparse.Namespace) -> Any:
 
 def register(sub: Any) -> None:
     """Add ``profile`` to ``mai-graph``'s subparsers."""
-    from mai_graph.backends.select import add_backend_flags
+    from mai_graph.engines.select import add_backend_flags
 
     p = sub.add_parser(
         "profile",

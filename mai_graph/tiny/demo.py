@@ -19,7 +19,6 @@ from mai_graph.api import MAIResult, arun
 from mai_graph.backends.base import VLMBackend
 from mai_graph.backends.steered import SteeredBackend
 from mai_graph.context import MAIContext
-from mai_graph.errors import ConfigError
 
 __all__ = ["DEMO_OPTIONS", "DEMO_QUESTION", "Scenario", "SCENARIOS", "demo_image", "run_demo"]
 
@@ -92,28 +91,14 @@ def run_demo(
     backend: str = "vllm",
     cot_tokens: int = 300,
     as_json: bool = False,
-    pair: str = "trained",
-    questions: int = 10,
 ) -> int:
-    """Run the demo on the trained pair (default) or force each route on the random pair.
+    """Force each route on the random pair: build it, start both engines, run every route.
 
-    ``pair="trained"`` (the default shipped pair), ``"v1"`` or ``"v2"`` (a shipped pair by
-    name; ``root`` overrides with a trained pair's folder): see
-    :func:`mai_graph.pair.demo.run_trained_demo` (``questions`` held-out synthetic
-    questions). ``pair="random"``: build the tiny random pair, start both engines, run each
-    route forced (``cot_tokens`` of reasoning) and print what happened.
+    ``cot_tokens`` of reasoning per route; prints what happened (``as_json``: the results).
+    The trained pair's demo is :func:`mai_graph.pair.demo.run_trained_demo`.
     """
-    if pair in ("trained", "v1", "v2"):
-        from mai_graph.pair.demo import run_trained_demo
-
-        chosen = root or (None if pair == "trained" else pair)
-        return run_trained_demo(root=chosen, backend=backend, questions=questions, as_json=as_json)
-    if pair != "random":
-        raise ConfigError(
-            f"pair must be trained, v1, v2 or random, got {pair!r}", parameter="pair", value=pair
-        )
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-    from mai_graph.testing import tiny_backends, tiny_pair_paths
+    from mai_graph.tiny.build import tiny_backends, tiny_pair_paths
 
     say = (lambda *_: None) if as_json else print
     small, large = tiny_backends(backend, root)

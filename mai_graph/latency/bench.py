@@ -79,7 +79,7 @@ async def route_once(
     """One forced run on a question no earlier run asked (caches hold only what it shares)."""
     from mai_graph.api import arun
     from mai_graph.context import MAIContext
-    from mai_graph.demo import DEMO_OPTIONS, DEMO_QUESTION
+    from mai_graph.tiny.demo import DEMO_OPTIONS, DEMO_QUESTION
 
     lengths = {"short": short, "cot": cot, "s2": short, "answer": short}
     question = f"{DEMO_QUESTION} (case {next(_cases)})"

@@ -83,7 +83,7 @@ def _backends(args: argparse.Namespace, samples: Any, context: Any = None) -> tu
         raise ConfigError(
             "--sim applies to --backend simulated or oracle", parameter="--sim", value=args.sim
         )
-    from mai_graph.backends.select import backends_from_args
+    from mai_graph.engines.select import backends_from_args
 
     return backends_from_args(args, context=context)
 
@@ -106,7 +106,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     predictor = None
     if args.latency_model:
-        from mai_graph.latency import LatencyModel
+        from mai_graph.latency.model import LatencyModel
 
         predictor = LatencyModel.load(args.latency_model).report_predictor(
             f"latency model {Path(args.latency_model).name}"
@@ -310,7 +310,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _add_backend_flags(p: argparse.ArgumentParser) -> None:
-    from mai_graph.backends.select import BACKENDS, add_backend_flags
+    from mai_graph.engines.select import BACKENDS, add_backend_flags
 
     add_backend_flags(
         p,

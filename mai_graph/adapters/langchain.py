@@ -12,7 +12,7 @@
   tools, follow multi-turn instructions or honour stop sequences.
 
 Message content is someone else's input: both take images under the untrusted policy by default
-(:meth:`~mai_graph.sources.ImagePolicy.from_env`: data URLs and base64; files only under
+(:meth:`~mai_graph.inputs.sources.ImagePolicy.from_env`: data URLs and base64; files only under
 ``MAI_GRAPH_IMAGE_ROOTS``; http(s) only with ``MAI_GRAPH_IMAGE_URLS=1``); pass
 ``image_policy`` to choose another.
 """
@@ -44,12 +44,12 @@ from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.graph import create_mai_graph
-from mai_graph.images import ImageRef
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import Node, RunScope
 from mai_graph.result import reasoning_tokens, totals
 from mai_graph.run_stream import run_events
-from mai_graph.sources import ImagePolicy
 from mai_graph.state import InputState
 
 __all__ = ["MAIChatModel", "create_mai_chat_graph", "messages_to_input", "result_message"]

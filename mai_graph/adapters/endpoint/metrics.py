@@ -1,6 +1,7 @@
 """Live gate health of the endpoint: Prometheus metrics over the runs it answered.
 
-``GET /metrics`` of :func:`mai_graph.serve.create_app` serves these, so an operator can watch
+``GET /metrics`` of :func:`~mai_graph.adapters.endpoint.app.create_app` serves these, so an
+operator can watch
 whether MAI pays off on their traffic: how often runs end early, what each route costs in
 wall time, and how many tokens each model reads and writes. They are a view of what the
 responses already said (each run's ``mai`` field: its route, wall time and per-call records,

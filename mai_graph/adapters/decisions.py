@@ -36,13 +36,13 @@ from langchain_core.decisions import (
 from langchain_core.messages import BaseMessage, UsageMetadata
 from pydantic import ConfigDict, Field
 
+from mai_graph.adapters.langchain import _image_source, _names
 from mai_graph.answers.distribution import around
 from mai_graph.api import arun
 from mai_graph.errors import ConfigError
-from mai_graph.langchain import _image_source, _names
+from mai_graph.inputs.sources import ImagePolicy, resolve_images
 from mai_graph.loop import shared_loop
 from mai_graph.result import MAIResult, reasoning_tokens, totals
-from mai_graph.sources import ImagePolicy, resolve_images
 
 __all__ = ["MAIClassifierResponse", "MAIDecisionModel"]
 

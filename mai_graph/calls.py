@@ -19,12 +19,12 @@ from mai_graph.answers.distribution import answer_forms
 from mai_graph.backends.base import GenerationRequest, Purpose
 from mai_graph.context import MAIContext
 from mai_graph.errors import ImageError
-from mai_graph.images import ImageRef
-from mai_graph.limits import check_question, fit_image
-from mai_graph.media import VideoRef, check_media, resolve_video
+from mai_graph.inputs.images import ImageRef
+from mai_graph.inputs.limits import check_media, check_question, fit_image
+from mai_graph.inputs.sources import ImagePolicy, resolve_images
+from mai_graph.inputs.video import VideoRef, resolve_video
 from mai_graph.messages import Message
 from mai_graph.prompts import cot_messages, s2_messages, short_messages, transfer_messages
-from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import Request
 
 __all__ = [
@@ -69,9 +69,9 @@ class Question:
         ``image`` (one) and ``images`` (several, after it) are accepted under ``policy`` (None:
         a trusted caller's, any local path), as is ``video`` (its frames sampled by the
         context's ``video_fps`` and ``max_frames``); the question and every image are held to
-        :mod:`mai_graph.limits` (images too small for the vision processors are scaled up,
+        :mod:`mai_graph.inputs.limits` (images too small for the vision processors are scaled up,
         extreme aspect ratios refused), and the count and total pixels of the question's media
-        to the policy's limits (:func:`~mai_graph.media.check_media`).
+        to the policy's limits (:func:`~mai_graph.inputs.limits.check_media`).
         Blocking (file reads, image decoding, the image store): call it off the event loop.
         """
         text = check_question(state.get("question"))

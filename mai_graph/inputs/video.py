@@ -10,8 +10,8 @@ from :func:`load_video`, verified against that hash.
 
 Decoding: animated GIF / WebP / PNG with Pillow; other containers (MP4, WebM, MKV, AVI, MOV)
 with OpenCV (the ``video`` extra; vLLM depends on it already). Videos follow the image policy
-(:class:`~mai_graph.sources.ImagePolicy`) like images do: inline data, or files the policy lets
-the caller name; every frame is held to the policy's pixel caps.
+(:class:`~mai_graph.inputs.sources.ImagePolicy`) like images do: inline data, or files the
+policy lets the caller name; every frame is held to the policy's pixel caps.
 
 Everything here that reads files or decodes blocks: call it off the event loop.
 """
@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import TypedDict
 
 from mai_graph.errors import ConfigError, ImageError, ImageMismatchError
-from mai_graph.images import PIXELS, ImageRef, load_image, read_file, store_bytes
-from mai_graph.sources import (
-    DEFAULT_MAX_IMAGES,
+from mai_graph.inputs.images import PIXELS, ImageRef, load_image, read_file, store_bytes
+from mai_graph.inputs.sources import (
     ImagePolicy,
     decode_base64,
     readable_path,
@@ -42,14 +41,8 @@ if TYPE_CHECKING:
     from PIL import Image as PILImage
 
 __all__ = [
-    "DEFAULT_MM_LIMITS",
     "MAX_SOURCE_FRAMES",
     "VideoRef",
-    "check_backends",
-    "check_image_count",
-    "check_media",
-    "check_media_counts",
-    "check_mm_limits",
     "is_video_ref",
     "load_video",
     "resolve_video",
@@ -59,9 +52,6 @@ __all__ = [
     "video_metadata",
 ]
 
-DEFAULT_MM_LIMITS: Mapping[str, int] = {"image": 4, "video": 1}
-"""Media items one prompt may carry, by kind, unless a backend is told otherwise (in-process
-engines plan memory for them at start-up)."""
 
 MAX_SOURCE_FRAMES = 100_000
 """Videos with more frames than this are refused (about 55 minutes at 30 fps)."""
@@ -286,7 +276,7 @@ def _decode(
 
 
 def _frame_guard(width: int, height: int, label: str, policy: ImagePolicy) -> None:
-    from mai_graph.limits import MAX_ASPECT_RATIO, MIN_IMAGE_SIDE
+    from mai_graph.inputs.limits import MAX_ASPECT_RATIO, MIN_IMAGE_SIDE
 
     if width <= 0 or height <= 0:
         raise ImageError(f"video {label} has no pixels", parameter="video", value=label)
@@ -437,7 +427,7 @@ def _file_ref(
 def _from_frames(
     sources: Any, fps: float, policy: ImagePolicy, video_fps: float, max_frames: int
 ) -> VideoRef:
-    from mai_graph.limits import fit_image
+    from mai_graph.inputs.limits import fit_image
 
     if not isinstance(sources, list | tuple) or not sources:
         raise ImageError(
@@ -559,56 +549,6 @@ def processor_metadata(ref: VideoRef) -> dict[str, Any]:
     return {**meta, "width": ref["width"], "height": ref["height"]}
 
 
-# -- limits ------------------------------------------------------------------------------------
-
-
-def check_image_count(count: int, policy: ImagePolicy | None) -> None:
-    """Refuse more images than ``policy.max_images`` (checked before any is decoded).
-
-    Raises:
-        ImageError: Too many images.
-    """
-    limit = DEFAULT_MAX_IMAGES if policy is None else policy.max_images
-    if count > limit:
-        raise ImageError(
-            f"the question has {count} images, over the limit of {limit}",
-            parameter="images",
-            value=count,
-            fix="send fewer images (e.g. several combined into one), or raise "
-            "ImagePolicy.max_images",
-        )
-
-
-def check_media(
-    images: Sequence[ImageRef], videos: Sequence[VideoRef], policy: ImagePolicy | None
-) -> None:
-    """Hold one question's images and videos to the policy's count and total-pixel limits.
-
-    Raises:
-        ImageError: More images than ``policy.max_images``, more than one video, or more pixels
-            in all images and sampled frames together than ``policy.max_total_pixels``.
-    """
-    policy = ImagePolicy.trusted() if policy is None else policy
-    check_image_count(len(images), policy)
-    if len(videos) > 1:
-        raise ImageError(
-            f"a question may carry one video, got {len(videos)}",
-            parameter="video",
-            value=len(videos),
-            fix="send one video (or its frames)",
-        )
-    total = sum(r["width"] * r["height"] for r in images)
-    total += sum(v["width"] * v["height"] * len(v["indices"]) for v in videos)
-    if total > policy.max_total_pixels:
-        raise ImageError(
-            f"the question's images and video frames have {total:,} pixels together, over the "
-            f"limit of {policy.max_total_pixels:,}",
-            parameter="images",
-            value=total,
-            fix="send fewer or smaller images, or sample fewer frames (max_frames, video_fps)",
-        )
-
-
 def video_input(ref: VideoRef) -> tuple[Any, dict[str, Any]]:
     """A video as vLLM's Qwen-VL processors take it: ``(frames, metadata)`` (blocking).
 
@@ -618,74 +558,3 @@ def video_input(ref: VideoRef) -> tuple[Any, dict[str, Any]]:
 
     frames = load_video(ref)
     return np.stack([np.asarray(f) for f in frames]), video_metadata(ref)
-
-
-def check_mm_limits(limits: Mapping[str, int] | None) -> dict[str, int]:
-    """Validate a backend's ``limit_mm_per_prompt`` (None: :data:`DEFAULT_MM_LIMITS`).
-
-    >>> check_mm_limits({"image": 8})
-    {'image': 8, 'video': 1}
-
-    Raises:
-        ConfigError: An unknown kind, or a count that is not an int >= 0.
-    """
-    if limits is None:
-        return dict(DEFAULT_MM_LIMITS)
-    if not isinstance(limits, Mapping):
-        raise ConfigError(
-            f"limit_mm_per_prompt must be a mapping like {{'image': 4, 'video': 1}}, got "
-            f"{limits!r}",
-            parameter="limit_mm_per_prompt",
-            value=limits,
-        )
-    unknown = sorted(set(limits) - set(DEFAULT_MM_LIMITS))
-    bad = {k: v for k, v in limits.items()
-           if isinstance(v, bool) or not isinstance(v, int) or v < 0}  # fmt: skip
-    if unknown or bad:
-        raise ConfigError(
-            f"limit_mm_per_prompt takes counts >= 0 for {sorted(DEFAULT_MM_LIMITS)}, got "
-            f"{dict(limits)}",
-            parameter="limit_mm_per_prompt",
-            value=dict(limits),
-            fix="e.g. {'image': 4, 'video': 1}",
-        )
-    return {**DEFAULT_MM_LIMITS, **limits}
-
-
-def check_media_counts(
-    model: str,
-    limits: Mapping[str, int],
-    images: Sequence[ImageRef],
-    videos: Sequence[VideoRef],
-) -> None:
-    """Refuse a prompt with more images or videos than a backend was started for.
-
-    Raises:
-        ConfigError: Over ``limits`` (the fix names the backend option).
-    """
-    for kind, count in (("image", len(images)), ("video", len(videos))):
-        if count > limits.get(kind, 0):
-            raise ConfigError(
-                f"{model}: the prompt has {count} {kind}(s), over this engine's limit of "
-                f"{limits.get(kind, 0)} per prompt",
-                parameter="limit_mm_per_prompt",
-                value=dict(limits),
-                fix=f"send fewer {kind}s, or start the backend with "
-                f"limit_mm_per_prompt={{'{kind}': {count}, ...}}",
-            )
-
-
-def check_backends(
-    images: Sequence[ImageRef], videos: Sequence[VideoRef], backends: Sequence[Any]
-) -> None:
-    """Check a question's media against every backend that declares ``media_limits``.
-
-    A run then fails before its first model call rather than halfway.
-
-    Raises:
-        ConfigError: A backend cannot take this many images or videos.
-    """
-    for backend in backends:
-        limits = getattr(backend, "media_limits", None)
-        if isinstance(limits, Mapping):
-            check_media_counts(backend.name, limits, images, videos)

@@ -1,13 +1,13 @@
 """The graph LangGraph Studio / ``langgraph dev`` serves (named in ``langgraph.json``).
 
-Backends come from environment variables (:func:`~mai_graph.backends.select.backends_from_env`:
+Backends come from environment variables (:func:`~mai_graph.engines.select.backends_from_env`:
 ``MAI_GRAPH_BACKEND`` = ``fake`` (default), ``vllm`` or ``transformers``, and
 ``MAI_GRAPH_SMALL`` / ``MAI_GRAPH_LARGE``). Building the graph starts no engine (vLLM engines
 start on the first real run, transformers models load on the first request), so the server can
 read schemas without a GPU.
 
 The server's callers are not the machine's owner, so images follow the untrusted policy
-(:meth:`~mai_graph.sources.ImagePolicy.from_env`): data URLs or base64, files only under
+(:meth:`~mai_graph.inputs.sources.ImagePolicy.from_env`): data URLs or base64, files only under
 ``MAI_GRAPH_IMAGE_ROOTS``, http(s) URLs only with ``MAI_GRAPH_IMAGE_URLS=1``.
 
 The context schema (:class:`~mai_graph.context.MAIContext`) is the assistant's config form.
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from langgraph.graph.state import CompiledStateGraph
 
 from mai_graph import tracing
-from mai_graph.backends.select import backends_from_env
+from mai_graph.adapters.langchain import create_mai_chat_graph
 from mai_graph.context import mai_settings
+from mai_graph.engines.select import backends_from_env
 from mai_graph.graph import create_mai_graph
-from mai_graph.langchain import create_mai_chat_graph
-from mai_graph.sources import ImagePolicy
+from mai_graph.inputs.sources import ImagePolicy
 
 if TYPE_CHECKING:  # the server resolves this annotation itself (it has langgraph_sdk)
     from langgraph_sdk.runtime import ServerRuntime

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from mai_graph.errors import ConfigError, ImageAccessError, ImageError, ImageMismatchError
-from mai_graph.images import (
+from mai_graph.inputs.images import (
     DEFAULT_MAX_PIXELS,
     ImageRef,
     PixelBudget,
@@ -44,6 +44,8 @@ from mai_graph.images import (
 )
 
 __all__ = [
+    "check_image_count",
+    "image_ref",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_IMAGES",
     "DEFAULT_MAX_TOTAL_PIXELS",
@@ -182,6 +184,45 @@ class ImagePolicy:
         return ", ".join(kinds[:-1]) + (", or " if len(kinds) > 1 else "") + kinds[-1]
 
 
+def image_ref(source: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageRef:
+    """Validate an image from a trusted caller and return its reference (blocking).
+
+    This is the Python caller's door: any local path is read. Inputs from others go through
+    :func:`resolve_image` with an untrusted :class:`ImagePolicy`.
+
+    Args:
+        source: A file path (``str`` / ``Path``, ``~`` expanded, ``file://``), a
+            ``data:image/...;base64,`` URL or plain base64 of an image file, raw encoded bytes,
+            a PIL image, or an existing :class:`ImageRef` (returned as is; checked when loaded).
+        max_pixels: Refuse images with more pixels than this.
+
+    Returns:
+        An :class:`ImageRef`. In-memory sources (bytes, data URLs, PIL images) are written once
+        to the image store by hash.
+
+    Raises:
+        ImageError: Missing, empty, corrupt, oversized or unsupported images.
+    """
+    return resolve_image(source, ImagePolicy.trusted(max_pixels=max_pixels))
+
+
+def check_image_count(count: int, policy: ImagePolicy | None) -> None:
+    """Refuse more images than ``policy.max_images`` (checked before any is decoded).
+
+    Raises:
+        ImageError: Too many images.
+    """
+    limit = DEFAULT_MAX_IMAGES if policy is None else policy.max_images
+    if count > limit:
+        raise ImageError(
+            f"the question has {count} images, over the limit of {limit}",
+            parameter="images",
+            value=count,
+            fix="send fewer images (e.g. several combined into one), or raise "
+            "ImagePolicy.max_images",
+        )
+
+
 def resolve_images(sources: Sequence[Any], policy: ImagePolicy | None = None) -> list[ImageRef]:
     """Resolve one question's images in order, holding them to the policy's total (blocking).
 
@@ -193,8 +234,6 @@ def resolve_images(sources: Sequence[Any], policy: ImagePolicy | None = None) ->
         ImageError: Too many images, or more pixels together than ``max_total_pixels``;
             and everything :func:`resolve_image` raises.
     """
-    from mai_graph.media import check_image_count
-
     policy = ImagePolicy.trusted() if policy is None else policy
     check_image_count(len(sources), policy)
     budget = PixelBudget(policy.max_total_pixels, len(sources))
@@ -209,7 +248,7 @@ def resolve_image(
     Args:
         source: A ``data:image/...;base64,`` URL, plain base64 of an image file, a file path
             (``str`` / ``Path``, ``file://``), an http(s) URL, encoded bytes, a PIL image, or
-            an :class:`~mai_graph.images.ImageRef` (trusted: returned as is and verified when
+            an :class:`~mai_graph.inputs.images.ImageRef` (trusted: returned as is and verified when
             loaded; untrusted: treated as a path and its pixel hash checked now).
         policy: The policy; ``None`` is :meth:`ImagePolicy.trusted`.
         budget: The pixels the question's images may still hold (:func:`resolve_images`);

@@ -23,13 +23,23 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from mai_graph.errors import ConfigError, ImageError
-from mai_graph.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
+from mai_graph.inputs.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
+from mai_graph.inputs.sources import ImagePolicy, check_image_count
 from mai_graph.text import check_text
 
+if TYPE_CHECKING:
+    from mai_graph.inputs.video import VideoRef
+
 __all__ = [
+    "DEFAULT_MM_LIMITS",
+    "check_backends",
+    "check_media",
+    "check_media_counts",
+    "check_mm_limits",
     "MAX_ASPECT_RATIO",
     "MAX_QUESTION_CHARS",
     "MIN_IMAGE_SIDE",
@@ -86,7 +96,7 @@ def fit_image(ref: ImageRef) -> ImageRef:
     """``ref`` if its shape suits every vision processor, else a scaled copy (blocking).
 
     Args:
-        ref: A validated image (from :func:`~mai_graph.sources.resolve_image`).
+        ref: A validated image (from :func:`~mai_graph.inputs.sources.resolve_image`).
 
     Returns:
         ``ref`` itself, or, for an image whose short side is under :data:`MIN_IMAGE_SIDE`, the
@@ -201,3 +211,111 @@ def check_budgets(
                 fix="lower max_transfer_tokens (or cot_max_tokens), or start the engine with a "
                 "larger max_model_len",
             )
+
+
+# -- media per question and per engine ---------------------------------------------------------
+
+DEFAULT_MM_LIMITS: Mapping[str, int] = {"image": 4, "video": 1}
+"""Media items one prompt may carry, by kind, unless a backend is told otherwise (in-process
+engines plan memory for them at start-up)."""
+
+
+def check_media(
+    images: Sequence[ImageRef], videos: Sequence[VideoRef], policy: ImagePolicy | None
+) -> None:
+    """Hold one question's images and videos to the policy's count and total-pixel limits.
+
+    Raises:
+        ImageError: More images than ``policy.max_images``, more than one video, or more pixels
+            in all images and sampled frames together than ``policy.max_total_pixels``.
+    """
+    policy = ImagePolicy.trusted() if policy is None else policy
+    check_image_count(len(images), policy)
+    if len(videos) > 1:
+        raise ImageError(
+            f"a question may carry one video, got {len(videos)}",
+            parameter="video",
+            value=len(videos),
+            fix="send one video (or its frames)",
+        )
+    total = sum(r["width"] * r["height"] for r in images)
+    total += sum(v["width"] * v["height"] * len(v["indices"]) for v in videos)
+    if total > policy.max_total_pixels:
+        raise ImageError(
+            f"the question's images and video frames have {total:,} pixels together, over the "
+            f"limit of {policy.max_total_pixels:,}",
+            parameter="images",
+            value=total,
+            fix="send fewer or smaller images, or sample fewer frames (max_frames, video_fps)",
+        )
+
+
+def check_mm_limits(limits: Mapping[str, int] | None) -> dict[str, int]:
+    """Validate a backend's ``limit_mm_per_prompt`` (None: :data:`DEFAULT_MM_LIMITS`).
+
+    >>> check_mm_limits({"image": 8})
+    {'image': 8, 'video': 1}
+
+    Raises:
+        ConfigError: An unknown kind, or a count that is not an int >= 0.
+    """
+    if limits is None:
+        return dict(DEFAULT_MM_LIMITS)
+    if not isinstance(limits, Mapping):
+        raise ConfigError(
+            f"limit_mm_per_prompt must be a mapping like {{'image': 4, 'video': 1}}, got "
+            f"{limits!r}",
+            parameter="limit_mm_per_prompt",
+            value=limits,
+        )
+    unknown = sorted(set(limits) - set(DEFAULT_MM_LIMITS))
+    bad = {k: v for k, v in limits.items()
+           if isinstance(v, bool) or not isinstance(v, int) or v < 0}  # fmt: skip
+    if unknown or bad:
+        raise ConfigError(
+            f"limit_mm_per_prompt takes counts >= 0 for {sorted(DEFAULT_MM_LIMITS)}, got "
+            f"{dict(limits)}",
+            parameter="limit_mm_per_prompt",
+            value=dict(limits),
+            fix="e.g. {'image': 4, 'video': 1}",
+        )
+    return {**DEFAULT_MM_LIMITS, **limits}
+
+
+def check_media_counts(
+    model: str,
+    limits: Mapping[str, int],
+    images: Sequence[ImageRef],
+    videos: Sequence[VideoRef],
+) -> None:
+    """Refuse a prompt with more images or videos than a backend was started for.
+
+    Raises:
+        ConfigError: Over ``limits`` (the fix names the backend option).
+    """
+    for kind, count in (("image", len(images)), ("video", len(videos))):
+        if count > limits.get(kind, 0):
+            raise ConfigError(
+                f"{model}: the prompt has {count} {kind}(s), over this engine's limit of "
+                f"{limits.get(kind, 0)} per prompt",
+                parameter="limit_mm_per_prompt",
+                value=dict(limits),
+                fix=f"send fewer {kind}s, or start the backend with "
+                f"limit_mm_per_prompt={{'{kind}': {count}, ...}}",
+            )
+
+
+def check_backends(
+    images: Sequence[ImageRef], videos: Sequence[VideoRef], backends: Sequence[Any]
+) -> None:
+    """Check a question's media against every backend that declares ``media_limits``.
+
+    A run then fails before its first model call rather than halfway.
+
+    Raises:
+        ConfigError: A backend cannot take this many images or videos.
+    """
+    for backend in backends:
+        limits = getattr(backend, "media_limits", None)
+        if isinstance(limits, Mapping):
+            check_media_counts(backend.name, limits, images, videos)

@@ -161,7 +161,7 @@ def build_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length:
         show_progress=False,
     )
     tok.train_from_iterator(corpus, trainer=trainer)
-    from mai_graph.qwen_vocab import QWEN_TOKEN_ROLES
+    from mai_graph.tiny.qwen_vocab import QWEN_TOKEN_ROLES
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, **QWEN_TOKEN_ROLES, model_max_length=model_max_length
@@ -365,7 +365,7 @@ def build_tiny_pair(
     hf_logging.disable_progress_bar()
     qwen = vocab == "qwen"
     if qwen:
-        from mai_graph.qwen_vocab import QWEN_VOCAB_SIZE, build_qwen_tokenizer
+        from mai_graph.tiny.qwen_vocab import QWEN_VOCAB_SIZE, build_qwen_tokenizer
 
         tokenizer = build_qwen_tokenizer(thinking=template == "thinking")
         processor = _qwen_processor(tokenizer)
@@ -404,7 +404,7 @@ def tiny_backends(
     ``kind`` is ``vllm`` or ``transformers``. Nothing is started: use :func:`start_backends`
     (or let the first request start them).
     """
-    from mai_graph.backends.select import backends_for
+    from mai_graph.engines.select import backends_for
 
     if kind not in ("vllm", "transformers"):
         raise ConfigError(

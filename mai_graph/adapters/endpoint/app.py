@@ -19,14 +19,14 @@ MAI answers it with the small and large model. What differs from a plain model:
   than text, more images than the image policy's ``max_images``. Other OpenAI fields are
   accepted and ignored.
 
-Images come from others, so they pass :class:`~mai_graph.sources.ImagePolicy` (default
-:meth:`~mai_graph.sources.ImagePolicy.from_env`: data URLs and base64; files only under
+Images come from others, so they pass :class:`~mai_graph.inputs.sources.ImagePolicy` (default
+:meth:`~mai_graph.inputs.sources.ImagePolicy.from_env`: data URLs and base64; files only under
 ``MAI_GRAPH_IMAGE_ROOTS``; http(s) only with ``MAI_GRAPH_IMAGE_URLS=1``) before a run starts,
 so a refused image is a 400 in streaming mode too. Requests carry ``Authorization: Bearer KEY``
 when the app has keys (compared in constant time). Every run shares the app's backends, so
 concurrent requests are batched by the engines; ``max_concurrency`` bounds the runs in flight
 (the rest wait their turn). ``GET /metrics`` serves route counts, latencies and tokens in
-Prometheus' text format (:mod:`mai_graph.serve_metrics`), under the same key.
+Prometheus' text format (:mod:`mai_graph.adapters.endpoint.metrics`), under the same key.
 
 Needs the ``serve`` extra (Starlette, uvicorn and prometheus-client).
 """
@@ -50,16 +50,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
 
 from mai_graph import tracing
+from mai_graph.adapters.endpoint.metrics import ServeMetrics
 from mai_graph.answers import normalize_options
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
 from mai_graph.graph import create_mai_graph
+from mai_graph.inputs.sources import ImagePolicy, resolve_images
 from mai_graph.lineup import Lineup
 from mai_graph.result import reasoning_tokens, totals
 from mai_graph.run_stream import run_events
-from mai_graph.serve_metrics import ServeMetrics
-from mai_graph.sources import ImagePolicy, resolve_images
 from mai_graph.state import InputState
 from mai_graph.text import without_reprs
 
@@ -75,7 +75,7 @@ __all__ = [
     "serve",
 ]
 
-log = logging.getLogger("mai_graph.serve")
+log = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -711,7 +711,8 @@ def create_app(
 
     Returns:
         The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, and
-        ``GET /metrics`` (Prometheus; :mod:`mai_graph.serve_metrics`; key as the others).
+        ``GET /metrics`` (Prometheus; :mod:`~mai_graph.adapters.endpoint.metrics`; key as
+        the others).
 
     Example:
         >>> from mai_graph import ScriptedBackend
@@ -1003,8 +1004,8 @@ def memory_bound(
     >>> round(memory_bound() / 1e6)
     2164
     """
-    from mai_graph.images import pixel_cache_limit
-    from mai_graph.sources import DEFAULT_MAX_BYTES
+    from mai_graph.inputs.images import pixel_cache_limit
+    from mai_graph.inputs.sources import DEFAULT_MAX_BYTES
 
     policy = ImagePolicy.from_env() if policy is None else policy
     encoded = policy.max_bytes or DEFAULT_MAX_BYTES

@@ -4,7 +4,8 @@ State never holds pixels, so any checkpointer can store it. The hash is the sha2
 RGB pixels (plus size), so the same picture saved as PNG or as a data URL gets one hash; engines use
 it as the multimodal cache key.
 
-Where images may come from is decided by :mod:`mai_graph.sources` (the image policy); this module
+Where images may come from is decided by :mod:`~mai_graph.inputs.sources` (the image policy);
+this module
 decodes, hashes, stores and loads. Everything here that touches files or decodes pixels blocks:
 call it off the event loop (the graph does; :func:`aload_image` is the async door).
 
@@ -46,7 +47,6 @@ __all__ = [
     "PixelBudget",
     "aload_image",
     "check_ref",
-    "image_ref",
     "load_image",
     "PIXELS",
     "PixelCache",
@@ -356,31 +356,6 @@ def make_ref(
     path = file if file is not None and raw.mode == "RGB" else _store(img, digest)
     _cache_put(digest, str(path), img)
     return ImageRef(path=str(path), sha256=digest, width=img.width, height=img.height)
-
-
-def image_ref(source: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageRef:
-    """Validate an image from a trusted caller and return its reference (blocking).
-
-    This is the Python caller's door: any local path is read. Inputs from others go through
-    :func:`mai_graph.sources.resolve_image` with an untrusted
-    :class:`~mai_graph.sources.ImagePolicy`.
-
-    Args:
-        source: A file path (``str`` / ``Path``, ``~`` expanded, ``file://``), a
-            ``data:image/...;base64,`` URL or plain base64 of an image file, raw encoded bytes,
-            a PIL image, or an existing :class:`ImageRef` (returned as is; checked when loaded).
-        max_pixels: Refuse images with more pixels than this.
-
-    Returns:
-        An :class:`ImageRef`. In-memory sources (bytes, data URLs, PIL images) are written once
-        to the image store by hash.
-
-    Raises:
-        ImageError: Missing, empty, corrupt, oversized or unsupported images.
-    """
-    from mai_graph.sources import ImagePolicy, resolve_image
-
-    return resolve_image(source, ImagePolicy.trusted(max_pixels=max_pixels))
 
 
 # -- the image store ---------------------------------------------------------------------------
