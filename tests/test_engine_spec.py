@@ -49,7 +49,7 @@ def test_engine_options_reach_the_engine_args():
         ({"quantization": "awqq"}, "unknown quantization method 'awqq'", "awq"),
         ({"kv_cache_gib": -1}, "kv_cache_gib must be a number of GiB > 0", "kv_cache_gib=2"),
         ({"kv_cache_gib": "1"}, "kv_cache_gib must be a number of GiB > 0", ""),
-        ({"max_restarts": -2}, "max_restarts must be an int >= 0", "default"),
+        ({"max_restarts": -2}, "max_restarts must be an integer >= 0", "default"),
         (
             {"mm_processor_kwargs": "max_pixels=5"},
             "mm_processor_kwargs='max_pixels=5' is invalid",
@@ -82,7 +82,7 @@ def test_a_typo_lists_the_common_options():
     ("transformers", {"kv_cache_dtype": "fp8"}, "unknown engine option"),
     ("transformers", {"max_model_len": 1}, "max_model_len must be an integer >= 2"),
     ("openai", {"max_model_len": 10}, "unknown engine option 'max_model_len'"),
-    ("openai", {"retries": -1}, "retries must be an int >= 0"),
+    ("openai", {"retries": -1}, "retries must be an integer >= 0"),
 ])  # fmt: skip
 def test_other_kinds_take_their_own_options(kind, options, message):
     with pytest.raises(ConfigError, match=message):

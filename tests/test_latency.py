@@ -93,6 +93,45 @@ def test_fit_keeps_costs_non_negative_and_unused_features_at_zero():
     assert fitted.call_s == pytest.approx(0.01, rel=1e-3)
 
 
+def test_fit_is_the_exact_non_negative_least_squares_optimum():
+    # Calls no non-negative profile explains exactly (the longest prompts are cheaper than
+    # the shorter ones predict): the attention terms clip to 0, and the fit must be the true
+    # NNLS optimum (KKT: zero gradient on the free coefficients, none negative on the clipped).
+    rng = random.Random(3)
+    samples = [
+        CallSample(s.shape, s.latency_s * (0.5 if s.shape.uncached == 780 else 1.0) *
+                   (1 + rng.uniform(-0.05, 0.05)), group=s.group)
+        for s in synthetic_samples(TRUE)
+    ]  # fmt: skip
+    fitted = fit_engine("m", samples)
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    rows, coef = [], [getattr(fitted, f) for f in FEATURES]
+    for g in groups.values():
+        y = sorted(s.latency_s for s in g)[1]  # the median of three
+        rows.append([f / y for f in g[0].shape.features()])
+    residual = [sum(c * x for c, x in zip(coef, r)) - 1.0 for r in rows]
+    for j, c in enumerate(coef):
+        column = [r[j] for r in rows]
+        norm = sum(x * x for x in column) ** 0.5 or 1.0
+        gradient = sum(x * e for x, e in zip(column, residual)) / norm
+        if c > 0:
+            assert gradient == pytest.approx(0, abs=1e-9), FEATURES[j]
+        else:
+            assert gradient >= -1e-9, FEATURES[j]
+    assert fitted.prefill_ktoken2_s == 0  # the constraint binds
+
+
+def test_fit_without_scipy_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    with pytest.raises(ConfigError, match="needs SciPy") as err:
+        fit_engine("m", synthetic_samples(TRUE))
+    assert err.value.parameter == "scipy" and "mai-graph[eval]" in err.value.fix
+
+
 def test_fit_refuses_too_little_variety():
     shape = CallShape("small", "x", 50, 0, 1)
     with pytest.raises(ConfigError, match="three shapes"):

@@ -89,7 +89,7 @@ def test_declares_every_capability():
 
 
 def test_cache_entries_is_validated():
-    with pytest.raises(ConfigError, match="cache_entries must be an int >= 0, got -1"):
+    with pytest.raises(ConfigError, match="cache_entries must be an integer >= 0, got -1"):
         TransformersBackend("/x", cache_entries=-1)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, TypeGuard, runtime_checkable
 
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int
 from mai_graph.inputs.images import ImageRef
 from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message
@@ -76,13 +76,7 @@ class GenerationRequest:
     request_id: str = field(default_factory=lambda: f"mai-{next(_ids)}")
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            raise ConfigError(
-                f"max_tokens must be an int, got {self.max_tokens!r}",
-                parameter="max_tokens",
-                value=self.max_tokens,
-                fix="pass a positive token budget",
-            )
+        check_int(self.max_tokens, "max_tokens", fix="pass a positive token budget")
         if self.max_tokens < 1 or not 0 <= self.min_tokens <= self.max_tokens:
             raise ConfigError(
                 f"need 0 <= min_tokens <= max_tokens and max_tokens >= 1, got "

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int
 
 __all__ = [
     "KINDS",
@@ -111,16 +111,14 @@ OPENAI_OPTIONS: Mapping[str, str] = {
 
 def check_retries(retries: Any) -> int | None:
     """``retries`` if it is ``None`` or an int >= 0; else a ``ConfigError`` naming it."""
-    if retries is not None and (
-        isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
-    ):
-        raise ConfigError(
-            f"retries must be an int >= 0, got {retries!r}",
-            parameter="retries",
-            value=retries,
-            fix="give how often a failed request may be sent again, e.g. 2",
-        )
-    return retries
+    if retries is None:
+        return None
+    return check_int(
+        retries,
+        "retries",
+        minimum=0,
+        fix="give how often a failed request may be sent again, e.g. 2",
+    )
 
 
 def missing_model_error(chosen: Sequence[str], missing: Sequence[str], where: str) -> ConfigError:
@@ -204,14 +202,13 @@ def _check_own(key: str, value: Any, where: str) -> Any:
                 fix="e.g. kv_cache_gib=2",
             )
         return value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            f"{where}: max_restarts must be an int >= 0, got {value!r}",
-            parameter=key,
-            value=value,
-            fix="0 fails fast after an engine dies; 2 is the default",
-        )
-    return value
+    return check_int(
+        value,
+        key,
+        minimum=0,
+        where=where,
+        fix="0 fails fast after an engine dies; 2 is the default",
+    )
 
 
 def _check_vllm_value(key: str, value: Any, where: str) -> Any:

@@ -48,7 +48,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 from mai_graph.answers import canonical_gold, normalize_options
-from mai_graph.errors import ConfigError, MAIError
+from mai_graph.errors import ConfigError, MAIError, check_int
 from mai_graph.eval.scorers import Verdict, reference_form, score
 
 log = logging.getLogger(__name__)
@@ -230,8 +230,8 @@ def load_dataset(
             parameter="on_bad_row",
             value=on_bad_row,
         )
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"limit must be a positive integer, got {limit!r}", parameter="limit")
+    if limit is not None:
+        check_int(limit, "limit", minimum=1)
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(

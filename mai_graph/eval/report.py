@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
+import statistics
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +56,27 @@ ROUTE_ORDER = (*MODEL_ROUTES, "human")
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated quantile (numpy's default), None for no values.
+    """Linear-interpolated quantile, None for no values.
+
+    The definition is numpy's default (``method="linear"``), which is
+    :func:`statistics.quantiles` with ``method="inclusive"`` (the values are the whole
+    population: the 0 and 1 quantiles are their minimum and maximum). ``q`` is taken to the
+    nearest thousandth.
 
     >>> quantile([1, 2, 3, 4], 0.5), round(quantile([1, 2, 3, 4], 0.95), 6)
     (2.5, 3.85)
+    >>> quantile([3], 0.95), quantile([4, 1, 2], 0), quantile([4, 1, 2], 1), quantile([], 0.5)
+    (3.0, 1.0, 4.0, None)
     """
     if not values:
         return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    share = Fraction(q).limit_denominator(1000)
+    if len(values) == 1 or share <= 0:
+        return float(min(values))
+    if share >= 1:
+        return float(max(values))
+    cuts = statistics.quantiles(values, n=share.denominator, method="inclusive")
+    return cuts[share.numerator - 1]
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -31,7 +31,7 @@ from mai_graph import tracing
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int
 from mai_graph.eval.datasets import GROUP_KEY, Sample
 from mai_graph.eval.records import (
     RECORDS_FILE,
@@ -406,12 +406,7 @@ async def arun_eval(
     lineup = Lineup.of(small, large)
     chosen = _check_policies(policies)
     base = MAIContext.coerce(context)
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ConfigError(
-            f"concurrency must be a positive integer, got {concurrency!r}",
-            parameter="concurrency",
-            value=concurrency,
-        )
+    check_int(concurrency, "concurrency", minimum=1)
     if keep_ratios and not branches:
         raise ConfigError(
             "keep_ratios need branches=True (extra transfer answers are forked from mai runs)",

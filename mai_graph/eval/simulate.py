@@ -36,7 +36,7 @@ from mai_graph.answers import canonical_gold, canonical_number
 from mai_graph.answers.distribution import answer_of, around
 from mai_graph.backends.base import Generation, GenerationRequest
 from mai_graph.backends.fake import FunctionBackend
-from mai_graph.errors import BackendError, ConfigError
+from mai_graph.errors import BackendError, ConfigError, check_int
 from mai_graph.eval.datasets import Sample
 from mai_graph.eval.scorers import reference_form
 from mai_graph.prompts import question_block
@@ -111,8 +111,7 @@ class SimConfig:
         if not isinstance(self.sleep, int | float) or not 0 <= self.sleep <= 10:
             raise ConfigError(f"sleep must be in [0, 10], got {self.sleep!r}", parameter="sleep")
         for name in ("small_cot_tokens", "large_cot_tokens"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 8:
-                raise ConfigError(f"{name} must be an integer >= 8", parameter=name)
+            check_int(getattr(self, name), name, minimum=8)
 
     @classmethod
     def oracle(cls) -> SimConfig:

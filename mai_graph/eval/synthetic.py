@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int
 
 __all__ = [
     "COLOURS",
@@ -157,21 +157,21 @@ def make_synthetic(
         >>> [json.loads(line)["kind"] for line in path.read_text().splitlines()]
         ['number', 'text', 'yes_no', 'choice', 'number']
     """
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
-        raise ConfigError(
-            f"n must be an integer from 1 to {MAX_SAMPLES:,}, got {n!r}",
-            parameter="n",
-            value=n,
-            fix=f"draw at most {MAX_SAMPLES:,} samples per folder (use several seeds for more)",
-        )
-    if isinstance(size, bool) or not isinstance(size, int) or not MIN_SIZE <= size <= MAX_SIZE:
-        raise ConfigError(
-            f"size must be an integer from {MIN_SIZE} to {MAX_SIZE} pixels, got {size!r}",
-            parameter="size",
-            value=size,
-            fix=f"give --size between {MIN_SIZE} and {MAX_SIZE} (the pictures are drawn in "
-            "memory: a side of 100,000 would need 30 GB)",
-        )
+    check_int(
+        n,
+        "n",
+        minimum=1,
+        maximum=MAX_SAMPLES,
+        fix=f"draw at most {MAX_SAMPLES:,} samples per folder (use several seeds for more)",
+    )
+    check_int(
+        size,
+        "size",
+        minimum=MIN_SIZE,
+        maximum=MAX_SIZE,
+        fix=f"give --size between {MIN_SIZE} and {MAX_SIZE} pixels (the pictures are drawn in "
+        "memory: a side of 100,000 would need 30 GB)",
+    )
     templates = task_of(task) if templates is None else tuple(templates)
     unknown = [t for t in templates if t not in _DRAW]
     if unknown or not templates:

@@ -638,47 +638,30 @@ def _check_what_if_keys(values: Mapping[str, float]) -> None:
 # -- fitting -----------------------------------------------------------------------------------
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Solve a small square system by Gaussian elimination with pivoting (None if singular)."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
-        if abs(m[pivot][col]) < 1e-12:
-            return None
-        m[col], m[pivot] = m[pivot], m[col]
-        for r in range(n):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                for k in range(col, n + 1):
-                    m[r][k] -= f * m[col][k]
-    return [m[i][n] / m[i][i] for i in range(n)]
-
-
 def _nnls(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
-    """Least squares with every coefficient >= 0 (drop the most negative, refit)."""
-    width = len(rows[0])
-    # Columns scaled to unit norm keep the normal equations well conditioned.
-    scale = [math.sqrt(sum(r[j] ** 2 for r in rows)) or 1.0 for j in range(width)]
-    x = [[r[j] / scale[j] for j in range(width)] for r in rows]
-    active = [j for j in range(width) if scale[j] > 0 and any(r[j] for r in rows)]
-    while active:
-        a = [
-            [sum(r[i] * r[j] for r in x) + (1e-9 if i == j else 0) for j in active] for i in active
-        ]
-        b = [sum(r[i] * y for r, y in zip(x, ys)) for i in active]
-        sol = _solve(a, b)
-        if sol is None:
-            active.pop()
-            continue
-        worst = min(range(len(active)), key=lambda k: sol[k])
-        if sol[worst] >= 0:
-            out = [0.0] * width
-            for k, j in enumerate(active):
-                out[j] = sol[k] / scale[j]
-            return out
-        active.pop(worst)
-    return [0.0] * width
+    """Least squares with every coefficient >= 0 (``scipy.optimize.nnls``, exact).
+
+    Raises:
+        ConfigError: SciPy is not installed.
+    """
+    try:
+        import numpy as np
+        from scipy.optimize import nnls
+    except ImportError as exc:
+        raise ConfigError(
+            "fitting the latency model needs SciPy",
+            parameter="scipy",
+            value=None,
+            fix='pip install "mai-graph[eval]" (or the vllm / cpu / transformers extra), which '
+            "brings scipy",
+        ) from exc
+    a = np.asarray(rows, dtype=float)
+    # Columns scaled to unit norm keep the problem well conditioned (an all-zero column, a
+    # feature no call varies, stays at 0).
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, np.asarray(ys, dtype=float))
+    return [float(c) for c in coef / scale]
 
 
 def fit_engine(
@@ -697,7 +680,8 @@ def fit_engine(
 
     Raises:
         ConfigError: Fewer than three distinct call shapes, or no call decoding more than one
-            token (decode speed cannot be told apart from the fixed cost).
+            token (decode speed cannot be told apart from the fixed cost); or SciPy, which
+            solves the fit, is not installed.
     """
     groups: dict[Any, list[CallSample]] = {}
     for s in samples:

@@ -112,7 +112,7 @@ def test_max_restarts_is_validated():
     from mai_graph.backends.vllm import VLLMBackend
 
     for bad in (-1, 1.5, True):
-        with pytest.raises(ConfigError, match="max_restarts must be an int >= 0"):
+        with pytest.raises(ConfigError, match="max_restarts must be an integer >= 0"):
             VLLMBackend("some/model", max_restarts=bad)
 
 

@@ -24,7 +24,7 @@ from mai_graph.backends.transformers.decode import decode, final_text
 from mai_graph.backends.transformers.inputs import VISION_KEYS, media_end, prompt_inputs
 from mai_graph.backends.transformers.kv_cache import KVCacheStore, cache_key, empty_cache
 from mai_graph.backends.transformers.loading import eos_token_ids, load_model, load_processor
-from mai_graph.errors import BackendError, ConfigError
+from mai_graph.errors import BackendError, ConfigError, check_int
 from mai_graph.inputs.limits import check_prompt_length
 from mai_graph.loop import on_caller_loop
 
@@ -76,14 +76,11 @@ class TransformersBackend:
         max_model_len: int | None = None,
         **model_kwargs: Any,
     ) -> None:
-        if max_model_len is not None and (
-            isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
-            or max_model_len < 2
-        ):  # fmt: skip
-            raise ConfigError(
-                f"max_model_len must be an integer >= 2, got {max_model_len!r}",
-                parameter="max_model_len",
-                value=max_model_len,
+        if max_model_len is not None:
+            check_int(
+                max_model_len,
+                "max_model_len",
+                minimum=2,
                 fix="give the context length in tokens, e.g. max_model_len=8192",
             )
         self._max_model_len = max_model_len

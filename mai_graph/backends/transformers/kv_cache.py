@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mai_graph.backends.render import common_prefix
-from mai_graph.errors import ConfigError
+from mai_graph.errors import check_int
 
 __all__ = ["KVCacheStore", "cache_key", "empty_cache"]
 
@@ -56,13 +56,12 @@ class KVCacheStore:
     """
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ConfigError(
-                f"cache_entries must be an int >= 0, got {capacity!r}",
-                parameter="cache_entries",
-                value=capacity,
-                fix="pass 0 to turn prefix reuse off, or how many caches to keep",
-            )
+        check_int(
+            capacity,
+            "cache_entries",
+            minimum=0,
+            fix="pass 0 to turn prefix reuse off, or how many caches to keep",
+        )
         self.capacity = capacity
         self._entries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
 
