@@ -29,9 +29,11 @@ from pathlib import Path
 from langgraph.types import Overwrite
 
 from mai_graph import Generation, MAIContext, create_mai_graph
+from mai_graph.lineup import Lineup
 from mai_graph.nodes._common import RunScope
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.extract import extract
+from mai_graph.nodes.prepare import make_prepare
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import sparsify
 from mai_graph.nodes.verify import verify
@@ -79,15 +81,17 @@ async def plain(state, ctx, small, large):
             metrics = [*(state.get("metrics") or ()), *new]
         return {**state, **update, "metrics": metrics}
 
-    state = merge(state, await verify(state, scope, small, large))
+    lineup = Lineup.of(small, large)
+    state = merge(state, await make_prepare(lineup, None, False).core(state, scope))
+    state = merge(state, await verify(state, scope, lineup))
     if state.get("route"):
         return state
-    state = merge(state, await reason(state, scope, small, large))
-    state = merge(state, await extract(state, scope, small, large))
+    state = merge(state, await reason(state, scope, lineup))
+    state = merge(state, await extract(state, scope, lineup))
     if state.get("route"):
         return state
     state = merge(state, await sparsify(state, ctx, SCORERS, False))
-    return merge(state, await answer(state, scope, large))
+    return merge(state, await answer(state, scope, lineup))
 
 
 def floor_graph(route):
@@ -106,11 +110,19 @@ def floor_graph(route):
     async def answer_(state):
         return {"route": "transfer"}
 
+    def policy(state):
+        return "verify"
+
     b = StateGraph(MAIState)
-    for name, fn in (("verify", verify_), ("reason", noop), ("extract", noop),
-                     ("sparsify", noop), ("answer", answer_)):  # fmt: skip
+    for name, fn in (("prepare", noop), ("verify", verify_), ("baseline", noop),
+                     ("reason", noop), ("extract", noop), ("sparsify", noop),
+                     ("answer", answer_)):  # fmt: skip
         b.add_node(name, fn)
-    b.add_edge(START, "verify")
+    b.add_edge(START, "prepare")
+    b.add_conditional_edges(
+        "prepare", policy, {"verify": "verify", "baseline": "baseline", "reason": "reason"}
+    )
+    b.add_edge("baseline", END)
     b.add_conditional_edges("verify", route_after_verify, {"done": END, "disagree": "reason"})
     b.add_edge("reason", "extract")
     b.add_conditional_edges("extract", route_after_extract, {"done": END, "transfer": "sparsify"})

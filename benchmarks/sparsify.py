@@ -23,11 +23,12 @@ from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.calls import Question
 from mai_graph.context import SparsifyStrategy
 from mai_graph.inputs.sources import image_ref
+from mai_graph.lineup import Lineup
 from mai_graph.nodes._common import RunScope
 from mai_graph.nodes.answer import answer
+from mai_graph.nodes.baseline import baseline
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
-from mai_graph.nodes.verify import verify
 from mai_graph.scoring import AttentionScorer, default_scorers
 from mai_graph.tiny.build import tiny_backends
 from mai_graph.tiny.demo import DEMO_OPTIONS, demo_image
@@ -65,11 +66,12 @@ async def main(args):
 async def run(args, small, large, scorers, image):
     base = MAIContext(cot_max_tokens=args.cot, cot_min_tokens=args.cot, constrain_choices=False)
     share_ids = await same_tokenizer(small, large)
+    lineup = Lineup.of(small, large)
     states = []
     for question in QUESTIONS[: args.texts]:
         inputs = {"question": question, "options": DEMO_OPTIONS, "image": image}
         state = {**inputs, "request": Question.from_input(inputs, base).as_request()}
-        state.update(await reason(state, RunScope.offline(base), small, large))
+        state.update(await reason(state, RunScope.offline(base), lineup))
         states.append(state)
     rows = {}
     for strategy in STRATEGIES:
@@ -86,8 +88,8 @@ async def run(args, small, large, scorers, image):
                 info = update["sparsification"]
                 await large.reset_prefix_cache()
                 only_large = RunScope.offline(MAIContext(policy="large"))
-                await verify(state, only_large, small, large)
-                out = await answer({**state, **update}, RunScope.offline(ctx), large)
+                await baseline(state, only_large, lineup)  # fills the large model's prefix cache
+                out = await answer({**state, **update}, RunScope.offline(ctx), lineup)
                 call = out["metrics"][0]
                 scoring.append(info["scoring_s"])
                 prompt.append(call["prompt_tokens"] - (call["cached_tokens"] or 0))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from langgraph.graph import END, START, StateGraph
@@ -14,9 +14,13 @@ from mai_graph.context import MAIContext, SparsifyStrategy, mai_settings
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
+from mai_graph.nodes._common import Node, staged
 from mai_graph.nodes.answer import make_answer
+from mai_graph.nodes.baseline import make_baseline
+from mai_graph.nodes.drafts import reasoning_written
 from mai_graph.nodes.escalate import make_escalate
 from mai_graph.nodes.extract import make_extract
+from mai_graph.nodes.prepare import make_prepare
 from mai_graph.nodes.reason import make_reason
 from mai_graph.nodes.review import make_review
 from mai_graph.nodes.sparsify import make_sparsify
@@ -28,14 +32,27 @@ __all__ = [
     "NODES",
     "create_mai_graph",
     "mermaid",
-    "route_after_answer",
+    "node_name",
     "route_after_extract",
     "route_after_verify",
+    "route_policy",
 ]
 
-NODES = ("verify", "reason", "extract", "sparsify", "answer")
-_MODEL_NODES = ("verify", "reason", "extract", "answer", "escalate")
-_TIMED_NODES = (*NODES, "escalate")
+NODES = ("prepare", "verify", "baseline", "reason", "extract", "sparsify", "answer")
+"""The nodes of the two-model graph (``review`` too when it pauses runs)."""
+STEPS = ("prepare", "verify", "baseline", "reason", "extract", "sparsify", "answer", "escalate")
+"""Steps of every graph; a chain's stage ``s`` > 1 has its own ``reason_s``, ..., ``escalate_s``."""
+_MODEL_STEPS = ("verify", "baseline", "reason", "extract", "answer", "escalate")
+_TIMED_STEPS = (*_MODEL_STEPS, "sparsify")
+
+
+def node_name(step: str, stage: int = 1) -> str:
+    """A step's node in the graph: ``reason`` at stage 1, ``reason_2`` at stage 2, ...
+
+    >>> node_name("reason"), node_name("escalate", 3)
+    ('reason', 'escalate_3')
+    """
+    return step if stage == 1 else f"{step}_{stage}"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -47,18 +64,40 @@ DEFAULT_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, retry_on=is_tr
 """Three attempts for transient backend errors; everything else fails the node at once."""
 
 
+def route_policy(state: MAIState, runtime: Runtime[Any]) -> Literal["mai", "short", "cot"]:
+    """After ``prepare``: MAI verifies, the short baselines answer, the CoT baselines reason."""
+    policy = mai_settings(runtime.context).policy
+    if policy == "mai":
+        return "mai"
+    return "short" if policy in ("small", "large") else "cot"
+
+
 def route_after_verify(state: MAIState) -> Literal["done", "disagree"]:
-    """``done`` when verify set a route (agreement or a short baseline), else reason."""
+    """``done`` when the gate set a route (agreement, a sure large model), else on."""
     return "done" if state.get("route") else "disagree"
 
 
-def _route_with_review(always: bool) -> Any:
-    """Verify's router: to ``review`` when the graph or the run asks for it, else as routed."""
+def _on_disagreement(stage: int) -> Any:
+    """A router: ``done``, ``disagree`` (reason), or ``speculative`` (the CoT is written)."""
 
-    def route(state: MAIState, runtime: Runtime[Any]) -> Literal["review", "done", "disagree"]:
-        if always or mai_settings(runtime.context).review:
+    def route(state: MAIState) -> Literal["done", "disagree", "speculative"]:
+        if route_after_verify(state) == "done":
+            return "done"
+        return "speculative" if reasoning_written(state, stage) else "disagree"
+
+    return route
+
+
+def _after_verify(always_review: bool) -> Any:
+    """Verify's router: to ``review`` when the graph or the run asks for it, else as decided."""
+    decided = _on_disagreement(1)
+
+    def route(
+        state: MAIState, runtime: Runtime[Any]
+    ) -> Literal["review", "done", "disagree", "speculative"]:
+        if always_review or mai_settings(runtime.context).review:
             return "review"
-        return route_after_verify(state)
+        return decided(state)  # type: ignore[no-any-return]
 
     return route
 
@@ -66,11 +105,6 @@ def _route_with_review(always: bool) -> Any:
 def route_after_extract(state: MAIState) -> Literal["done", "transfer"]:
     """``done`` when extract set a route (S2 agreement or a CoT baseline), else sparsify."""
     return "done" if state.get("route") else "transfer"
-
-
-def route_after_answer(state: MAIState) -> Literal["done", "escalate"]:
-    """Chains: ``done`` when the last stage answered, else on to the next stage."""
-    return "done" if state.get("route") else "escalate"
 
 
 def create_mai_graph(
@@ -85,22 +119,26 @@ def create_mai_graph(
 ) -> StateGraph[MAIState, MAIContext, InputState, OutputState]:
     """Build the MAI graph over a small and a large backend (uncompiled; you compile it).
 
-    Flow: ``verify`` (both short, concurrently) → agree: end; else ``reason`` (small CoT) →
-    ``extract`` (S2 turn) → agrees with the large short answer: end; else ``sparsify`` →
-    ``answer`` (large reads the reasoning, answers short). Per-run settings come from the
-    context (:class:`MAIContext`), including the baseline policies.
+    Flow: ``prepare`` (inputs checked and consumed, the thread's last run cleared) → by the
+    context's policy: MAI → ``verify`` (the drafts and the large model answer short, at once)
+    → agree: end; else ``reason`` (the drafts' CoT; skipped when ``speculative_cot`` wrote it
+    during verification) → ``extract`` (S2 turn) → agrees with the large short answer: end;
+    else ``sparsify`` → ``answer`` (large reads the reasoning, answers short). The short
+    baselines go to ``baseline`` (one short answer), the CoT baselines to ``reason`` →
+    ``extract`` with that model. Per-run settings come from the context (:class:`MAIContext`).
 
-    Two more shapes use the same nodes (see :mod:`mai_graph.lineup`):
+    Shapes (see :mod:`mai_graph.lineup`), all drawn by :func:`mermaid`:
 
-    - **Drafters:** ``small`` may be several backends; each drafts the answer (and, on
-      escalation, its reasoning), concurrently. A run may also sample ``drafts`` > 1 drafts
-      per small model. ``draft_quorum`` decides which agreement ends a run, ``draft_rank``
-      which reasonings the large model reads (``transfer_drafts`` of them).
-    - **Chains:** ``create_mai_graph(m0, m1, m2, ...)``, smallest first. Stage ``s`` runs MAI
-      for the pair (``m[s-1]``, ``m[s]``); when ``m[s]`` answers after a transfer and a larger
-      model follows, the ``escalate`` node verifies that answer against the next model's short
-      answer, and only a disagreement escalates again. Outputs and metrics records carry
-      ``stage``; the baselines compare the smallest (``small``) and the largest (``large``).
+    - **Drafts:** ``small`` may be several backends, and a run may sample ``drafts`` > 1
+      drafts per small model; the k drafts answer, reason and extract concurrently inside
+      the same nodes (k = 1 is the ordinary run). ``draft_quorum`` decides which agreement
+      ends a run, ``draft_rank`` which reasonings the large model reads (``transfer_drafts``).
+    - **Chains:** ``create_mai_graph(m0, m1, m2, ...)``, smallest first. Each stage after the
+      first is unrolled into nodes of its own (``escalate_2``, ``reason_2``, ..., ``answer_2``):
+      when ``m[s]`` answers after a transfer and a larger model follows, ``escalate_{s+1}``
+      verifies that answer against the next model's short answer, and only a disagreement
+      escalates again. Outputs and metrics records carry ``stage``; the baselines compare the
+      smallest (``small``) and the largest (``large``).
 
     Args:
         small: The small model's backend, or a sequence of drafter backends.
@@ -110,7 +148,8 @@ def create_mai_graph(
         retry_policy: Retry policy of the model-calling nodes (default: transient backend
             errors, 3 attempts); ``None`` for no retries.
         timeouts: Seconds per node attempt: one number for every model node, or
-            ``{node: seconds}`` (``escalate`` too, in chains).
+            ``{step: seconds}`` (``escalate`` too, in chains; a step's timeout holds at
+            every stage).
         scorers: Token scorers by strategy name, added to (or replacing) the defaults:
             ``surprisal`` and ``relevance``, plus ``attention`` when ``small`` is a
             ``TransformersBackend``. On vLLM, add ``{"attention": AttentionScorer(path)}``.
@@ -150,8 +189,9 @@ def create_mai_graph(
             value=retry_policy,
             fix="pass langgraph.types.RetryPolicy(...)",
         )
-    per_node = _timeouts(timeouts)
+    per_step = _timeouts(timeouts)
     table = {**default_scorers(lineup.small), **_scorers(scorers)}
+    chain = lineup.stages > 1
 
     builder = StateGraph(
         MAIState,
@@ -159,47 +199,85 @@ def create_mai_graph(
         input_schema=InputState,
         output_schema=OutputState,
     )
-    makers = {
-        "verify": make_verify(lineup, image_policy, review),
-        "reason": make_reason(lineup),
-        "extract": make_extract(lineup),
-        "sparsify": make_sparsify(lineup, table),
-        "answer": make_answer(lineup),
-    }
-    chain = lineup.stages > 1
-    if chain:
-        makers["escalate"] = make_escalate(lineup)
-    for name in makers:
-        model_node = name in _MODEL_NODES
+
+    def add(node: Node, stage: int = 1) -> str:
+        name = node_name(node.name, stage)
+        model = node.name in _MODEL_STEPS
         builder.add_node(
             name,
-            makers[name],
-            retry_policy=retry_policy if model_node else None,
-            timeout=per_node.get(name),
+            staged(node, stage, chain),
+            retry_policy=retry_policy if model else None,
+            timeout=per_step.get(node.name),
+            metadata=_shown(node.name, stage, lineup),
         )
+        return name
+
+    add(make_prepare(lineup, image_policy, review))
+    add(make_verify(lineup))
+    add(make_baseline(lineup))
     builder.add_node("review", make_review())
-    builder.add_edge(START, "verify")
+    builder.add_edge(START, "prepare")
+    builder.add_conditional_edges(
+        "prepare", route_policy, {"mai": "verify", "short": "baseline", "cot": "reason"}
+    )
+    builder.add_edge("baseline", END)
     builder.add_conditional_edges(
         "verify",
-        _route_with_review(review),
-        {"review": "review", "done": END, "disagree": "reason"},
+        _after_verify(review),
+        {"review": "review", **_disagreement(1)},
     )
-    builder.add_conditional_edges("review", route_after_verify, {"done": END, "disagree": "reason"})
-    builder.add_edge("reason", "extract")
-    builder.add_conditional_edges(
-        "extract", route_after_extract, {"done": END, "transfer": "sparsify"}
-    )
-    builder.add_edge("sparsify", "answer")
-    if chain:
+    builder.add_conditional_edges("review", _on_disagreement(1), _disagreement(1))
+    for stage in range(1, lineup.stages + 1):
+        if stage > 1:  # the previous stage's answer meets this stage's large model
+            start = add(make_escalate(lineup, stage), stage)
+            builder.add_edge(node_name("answer", stage - 1), start)
+            builder.add_conditional_edges(start, _on_disagreement(stage), _disagreement(stage))
+        reason = add(make_reason(lineup, stage), stage)
+        extract = add(make_extract(lineup, stage), stage)
+        sparsify = add(make_sparsify(lineup, table, stage), stage)
+        answer = add(make_answer(lineup, stage), stage)
+        builder.add_edge(reason, extract)
         builder.add_conditional_edges(
-            "answer", route_after_answer, {"done": END, "escalate": "escalate"}
+            extract, route_after_extract, {"done": END, "transfer": sparsify}
         )
-        builder.add_conditional_edges(
-            "escalate", route_after_verify, {"done": END, "disagree": "reason"}
-        )
-    else:
-        builder.add_edge("answer", END)
+        builder.add_edge(sparsify, answer)
+    builder.add_edge(node_name("answer", lineup.stages), END)
     return builder
+
+
+def _disagreement(stage: int) -> dict[Hashable, str]:
+    """Where a stage goes after its gate: the end, its ``reason``, or past it to ``extract``."""
+    return {
+        "done": END,
+        "disagree": node_name("reason", stage),
+        "speculative": node_name("extract", stage),
+    }
+
+
+def _shown(step: str, stage: int, lineup: Lineup) -> dict[str, Any] | None:
+    """What a node's box says in the diagram: which models it calls (k: the run's drafts)."""
+    if step == "sparsify":
+        return None
+    if stage == 1:
+        n = len(lineup.drafters)
+        small = "small" if n == 1 else f"{n} drafters"
+        calls = {
+            "prepare": None,
+            "verify": f"{small} x drafts + large, at once",
+            "baseline": "small or large (the policy's)",
+            "reason": f"{small} x drafts (large_cot: the largest)",
+            "extract": f"{small} x drafts (large_cot: the largest)",
+            "answer": "large",
+        }[step]
+    else:
+        models = lineup.stages + 1  # the smallest, then the chain
+        calls = {
+            "escalate": f"model {stage + 1} of {models}",
+            "reason": f"model {stage} of {models}",
+            "extract": f"model {stage} of {models}",
+            "answer": f"model {stage + 1} of {models}",
+        }[step]
+    return {"calls": calls} if calls else None
 
 
 def _scorers(scorers: Mapping[str, TokenScorer] | None) -> dict[str, TokenScorer]:
@@ -228,12 +306,12 @@ def _timeouts(timeouts: float | Mapping[str, float] | None) -> dict[str, float]:
     if timeouts is None:
         return {}
     if isinstance(timeouts, int | float) and not isinstance(timeouts, bool):
-        table = dict.fromkeys(_MODEL_NODES, float(timeouts))
+        table = dict.fromkeys(_MODEL_STEPS, float(timeouts))
     elif isinstance(timeouts, Mapping):
-        unknown = sorted(set(timeouts) - set(_TIMED_NODES))
+        unknown = sorted(set(timeouts) - set(_TIMED_STEPS))
         if unknown:
             raise ConfigError(
-                f"unknown nodes in timeouts: {unknown}; nodes are {list(_TIMED_NODES)}",
+                f"unknown nodes in timeouts: {unknown}; nodes are {list(_TIMED_STEPS)}",
                 parameter="timeouts",
                 value=dict(timeouts),
                 fix="key timeouts by node name",
@@ -257,7 +335,7 @@ def mermaid(models: int = 2) -> str:
     """The graph's Mermaid diagram, as drawn by LangGraph from the compiled graph.
 
     ``mai-graph diagram`` prints it (docs/architecture.md embeds it); ``models`` > 2 draws a
-    chain's graph (its ``escalate`` loop).
+    chain's graph, its later stages unrolled.
     """
     from mai_graph.backends.fake import ScriptedBackend
 

@@ -1,8 +1,10 @@
-"""A persistent event loop on a daemon thread, for sync callers and loop-bound engines.
+"""mai-graph's one background event loop, on a daemon thread: sync callers and engines share it.
 
-Async engines (vLLM's ``AsyncLLM``) are bound to the loop they started in. Running them on a
-loop of their own lets sync code (``run()``, ``graph.invoke``) and any number of caller loops
-(``langgraph dev``, notebooks, tests) share one engine.
+Async engines (vLLM's ``AsyncLLM``) are bound to the loop they started in. They all start on
+:func:`shared_loop`, the loop sync code (``run()``, ``graph.invoke``, the chat model's
+``invoke``) also runs the graph on, so a sync run never changes loops between the graph and
+its engines; callers on loops of their own (``langgraph dev``, notebooks, the endpoint, tests)
+hop to it once per model call and share the same engines.
 """
 
 from __future__ import annotations

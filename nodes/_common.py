@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import get_runtime
@@ -14,11 +16,11 @@ from langgraph.types import Overwrite
 from mai_graph import llm_runs, tracing
 from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
 from mai_graph.context import MAIContext, mai_settings
-from mai_graph.lineup import Lineup
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState, NodeMetrics
 
 Update = dict[str, Any]
+T = TypeVar("T")
 Writer = Callable[[Any], None]
 
 
@@ -108,43 +110,44 @@ def tag_metrics(update: Update, **tags: int) -> Update:
     return update
 
 
-PairCore = Callable[[MAIState, RunScope, VLMBackend, VLMBackend], Coroutine[Any, Any, Update]]
-DraftsCore = Callable[[MAIState, RunScope, Lineup], Coroutine[Any, Any, Update]]
+def staged(node: Node, stage: int, chain: bool) -> Node:
+    """``node`` as stage ``stage`` of a chain runs it: events, records and state carry ``stage``.
 
-
-def staged_node(name: str, lineup: Lineup, pair_core: PairCore, drafts_core: DraftsCore) -> Node:
-    """A node that runs ``pair_core`` on the run's (small, large) pair, whatever the shape.
-
-    With several drafts (``drafts`` > 1, or drafter backends) the first stage runs
-    ``drafts_core`` instead; in a chain, stage ``s`` runs on its own pair and its events and
-    metrics records carry ``stage``. The two-model graph skips the chain bookkeeping.
+    The two-model graph and drafter graphs (one stage) run the node as it is.
     """
-    small, large = lineup.baseline_pair()
+    if not chain:
+        return node
+    core = node.core
 
-    if lineup.classic:
+    async def tagged_core(state: MAIState, scope: RunScope) -> Update:
+        update = await core(state, tagged(scope, stage=stage))
+        return {**tag_metrics(update, stage=stage), "stage": stage}
 
-        async def classic(state: MAIState, scope: RunScope) -> Update:
-            if scope.ctx.drafts > 1 and scope.ctx.policy == "mai":
-                return await drafts_core(state, scope, lineup)
-            return await pair_core(state, scope, small, large)
+    return Node(str(node.name), tagged_core)
 
-        return Node(name, classic)
 
-    chain = lineup.stages > 1
+async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
+    """Await calls concurrently, results in order; the first failure cancels the rest."""
+    tasks: list[asyncio.Task[T]] = []
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks += [tg.create_task(c) for c in calls]  # type: ignore[arg-type]
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+    return [t.result() for t in tasks]
 
-    async def core(state: MAIState, scope: RunScope) -> Update:
-        stage = state.get("stage") or 1
-        ctx = scope.ctx
-        scope = tagged(scope, stage=stage) if chain else scope
-        if stage > 1:
-            update = await pair_core(state, scope, *lineup.pair(stage))
-        elif ctx.policy == "mai" and lineup.draft_count(ctx) > 1:
-            update = await drafts_core(state, scope, lineup)
-        else:
-            update = await pair_core(state, scope, small, large)
-        return tag_metrics(update, stage=stage) if chain else update
 
-    return Node(name, core)
+async def cancel_quietly(task: asyncio.Future[Any] | None) -> None:
+    """Cancel a speculative call and wait until the engine has dropped it."""
+    if task is None:
+        return
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: the run has already failed or no longer needs it
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def answer_probability(gen: Generation) -> float | None:

@@ -1,267 +1,110 @@
-"""Several drafts per run: the verify, reason, extract and sparsify steps over k drafts.
+"""A step's drafts: the small side of a stage as k calls, with k = 1 the ordinary run.
 
 A run drafts more than once when the graph has several drafter backends or the run asks for
-``drafts > 1`` (samples of each small model at ``draft_temperature``). Every step runs its k
-calls concurrently (engines batch them): k short answers beside the large model's (the gate is
-``draft_quorum``); on escalation k chains of thought, then k S2 answers; the reasonings are
-ranked (``draft_rank``) and the best ``transfer_drafts`` are sparsified for the large model.
-The best draft also fills the run's single-draft keys (``reasoning``, ``s2_answer``, ...), so
-everything downstream reads a run with drafts as it reads a run without.
+``drafts > 1`` (samples of each small model at ``draft_temperature``). Each small-side step
+(the short answer, the chain of thought, the S2 answer) makes its k calls concurrently (engines
+batch them). With one draft, what a step writes goes to the run's keys (``small_answer``,
+``reasoning``, ...) and the records carry no ``drafter``; with several, each draft's results
+are kept in ``drafts`` and the best draft also fills the run's keys, so everything downstream
+reads a run with drafts as it reads a run without.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, cot_request, s2_request, short_request
-from mai_graph.gate import after_disagreement, agreement_exits, quorum_exits
-from mai_graph.inputs.limits import check_backends
-from mai_graph.inputs.sources import ImagePolicy
-from mai_graph.lineup import Drafter, Lineup, rank_drafts
-from mai_graph.scoring import TokenScorer
-from mai_graph.state import Draft, MAIState, NodeMetrics, Sparsification
+from mai_graph.calls import Question, cot_request, short_request
+from mai_graph.lineup import Drafter, Lineup
+from mai_graph.state import Draft, NodeMetrics
 
-from ._common import RunScope, call, tagged
-from .sparsify import sparsify
-from .verify import cancel_quietly, consume_inputs, read_question
+from ._common import RunScope, call, gather_all, tagged
 
-T = TypeVar("T")
-
-_REASONING = ("reasoning", "reasoning_token_ids", "reasoning_tokens", "reasoning_logprobs")
+REASONING_KEYS = ("reasoning", "reasoning_token_ids", "reasoning_tokens", "reasoning_logprobs")
+"""What a chain of thought fills, in a draft and in the run's keys."""
 
 
-async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
-    """Await calls concurrently, results in order; the first failure cancels the rest."""
-    tasks: list[asyncio.Task[T]] = []
-    try:
-        async with asyncio.TaskGroup() as tg:
-            tasks += [tg.create_task(c) for c in calls]  # type: ignore[arg-type]
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None
-    return [t.result() for t in tasks]
+def reasoners(lineup: Lineup, scope: RunScope, stage: int) -> tuple[list[Drafter], str]:
+    """Who reasons at ``stage`` under the run's policy, and in which role.
+
+    MAI's first stage: every draft (``small``). ``small_cot``: the smallest model; ``large_cot``:
+    the largest (``large``). A chain's stage ``s``: its small model (the model before it).
+    """
+    ctx = scope.ctx
+    if stage > 1:
+        return [Drafter(0, lineup.chain[stage - 2], False)], "small"
+    if ctx.policy == "large_cot":
+        return [Drafter(0, lineup.large, False)], "large"
+    if ctx.policy == "small_cot":
+        return [Drafter(0, lineup.small, False)], "small"
+    return lineup.drafts(ctx), "small"
 
 
-def _drafter_record(rec: NodeMetrics, d: Drafter) -> NodeMetrics:
-    return {**rec, "drafter": d.index}
+def _as_draft(rec: NodeMetrics, d: Drafter, several: bool) -> NodeMetrics:
+    return {**rec, "drafter": d.index} if several else rec
 
 
-async def _short(q: Question, scope: RunScope, d: Drafter) -> tuple[Any, NodeMetrics]:
+def _scope(scope: RunScope, d: Drafter, several: bool) -> RunScope:
+    return tagged(scope, drafter=d.index) if several else scope
+
+
+async def short_answer(
+    q: Question, scope: RunScope, d: Drafter, several: bool
+) -> tuple[Draft, Any, NodeMetrics]:
+    """One draft's short answer: the draft, its generation and its call's record."""
     request = d.shape(short_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(d.backend, request, "verify", "small", tagged(scope, drafter=d.index))
-    return gen, _drafter_record(rec, d)
+    gen, rec = await call(d.backend, request, "verify", "small", _scope(scope, d, several))
+    draft = Draft(
+        drafter=d.index,
+        model=gen.model,
+        answer=gen.text,
+        canonical=extract_answer(gen.text, q.kind, q.options),
+        prob=rec["answer_prob"],
+    )
+    return draft, gen, _as_draft(rec, d, several)
 
 
-async def _reason(q: Question, scope: RunScope, d: Drafter) -> tuple[dict[str, Any], NodeMetrics]:
+async def _chain_of_thought(
+    q: Question, scope: RunScope, d: Drafter, role: str, several: bool
+) -> tuple[dict[str, Any], NodeMetrics]:
     request = d.shape(cot_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(d.backend, request, "reason", "small", tagged(scope, drafter=d.index))
+    gen, rec = await call(d.backend, request, "reason", role, _scope(scope, d, several))
     fields = {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
         "reasoning_tokens": list(gen.tokens) if gen.tokens is not None else None,
         "reasoning_logprobs": list(gen.logprobs) if gen.logprobs is not None else None,
     }
-    return fields, _drafter_record(rec, d)
+    return fields, _as_draft(rec, d, several)
 
 
-def _with_reasoning(
-    drafts: Sequence[Draft], results: Sequence[tuple[dict[str, Any], NodeMetrics]]
-) -> tuple[list[Draft], list[NodeMetrics]]:
-    merged = [cast(Draft, {**d, **fields}) for d, (fields, _) in zip(drafts, results)]
-    return merged, [rec for _, rec in results]
-
-
-async def verify_drafts(
-    state: MAIState, scope: RunScope, lineup: Lineup, policy: ImagePolicy | None = None
+async def write_reasoning(
+    q: Question,
+    scope: RunScope,
+    drafters: Sequence[Drafter],
+    role: str,
+    drafts: Sequence[Draft] = (),
 ) -> dict[str, Any]:
-    """The first node with several drafts: k short answers and the large one, concurrently.
+    """Every draft's chain of thought, concurrently, and the update it makes.
 
-    Ends the run (``agree``) when the drafts' answers pass ``draft_quorum`` with the large
-    model's, or (``large_confident``) when the large model alone is sure enough; otherwise the
-    drafts reason next. The first draft's answer also fills ``small_answer`` (and its
-    ``_canonical`` / ``_prob``). With ``speculative_cot`` every draft's reasoning starts with
-    the short answers and is cancelled on an exit.
+    One draft: its reasoning fills the run's keys. Several: each joins its entry of ``drafts``
+    (the run's keys are filled from the best draft after the S2 answers rank them).
     """
-    ctx = scope.ctx
-    q = await read_question(state, scope, policy)
-    drafters = lineup.drafts(ctx)
-    large = lineup.chain[0]
-    if q.videos or len(q.images) > 1:
-        check_backends(q.all_images, q.videos, [*lineup.drafters, large])
-    update = consume_inputs(state, q)
-    records: list[Any] = update["metrics"].value
-    speculative: asyncio.Future[Any] | None = None
-    try:
-        async with asyncio.TaskGroup() as tg:
-            shorts = [tg.create_task(_short(q, scope, d)) for d in drafters]
-            large_task = tg.create_task(
-                call(large, short_request(q, ctx), "verify", "large", scope)
-            )
-            if ctx.speculative_cot:  # queued after the short answers, outside the group
-                speculative = asyncio.ensure_future(
-                    gather_all([_reason(q, scope, d) for d in drafters])
-                )
-    except BaseExceptionGroup as group:
-        await cancel_quietly(speculative)
-        raise group.exceptions[0] from None
-    except BaseException:
-        await cancel_quietly(speculative)
-        raise
-    gl, rl = large_task.result()
-    drafts: list[Draft] = []
-    for d, task in zip(drafters, shorts):
-        gen, rec = task.result()
-        records.append(rec)
-        drafts.append(
-            Draft(
-                drafter=d.index,
-                model=gen.model,
-                answer=gen.text,
-                canonical=extract_answer(gen.text, q.kind, q.options),
-                prob=rec["answer_prob"],
-            )
-        )
-    records.append(rl)
-    cl, pl = extract_answer(gl.text, q.kind, q.options), rl["answer_prob"]
-    first = drafts[0]
-    update.update(
-        drafts=drafts,
-        small_answer=first["answer"],
-        small_canonical=first["canonical"],
-        small_prob=first["prob"],
-        large_answer=gl.text,
-        large_canonical=cl,
-        large_prob=pl,
-    )
-    if quorum_exits([(d["canonical"], d["prob"]) for d in drafts], cl, pl, ctx):
-        update.update(answer=gl.text, canonical=cl, route="agree")
-    elif after_disagreement(pl, ctx) == "large":
-        update.update(answer=gl.text, canonical=cl, route="large_confident")
-    if update.get("route") is not None:
-        await cancel_quietly(speculative)
-    elif speculative is not None:
-        try:
-            results = await speculative
-        except BaseException:
-            await cancel_quietly(speculative)
-            raise
-        update["drafts"], recs = _with_reasoning(drafts, results)
-        records += recs
-    return update
-
-
-async def reason_drafts(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str, Any]:
-    """Each draft writes its chain of thought, concurrently (none when verify already did)."""
-    drafts = state.get("drafts") or []
-    if drafts and all(d.get("reasoning") is not None for d in drafts):
-        return {}
-    q = Question.from_state(state, scope.ctx)
-    drafters = lineup.drafts(scope.ctx)
-    results = await gather_all([_reason(q, scope, d) for d in drafters])
-    merged, records = _with_reasoning(drafts, results)
+    several = len(drafters) > 1
+    results = await gather_all([_chain_of_thought(q, scope, d, role, several) for d in drafters])
+    records = [rec for _, rec in results]
+    if not several:
+        return {**results[0][0], "metrics": records}
+    if not drafts:  # speculative, before the short answers: the fields alone, in draft order
+        return {"drafts": [fields for fields, _ in results], "metrics": records}
+    merged = [cast(Draft, {**d, **fields}) for d, (fields, _) in zip(drafts, results)]
     return {"drafts": merged, "metrics": records}
 
 
-async def extract_drafts(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str, Any]:
-    """Each draft's S2 answer, concurrently; the drafts are ranked and the best one leads.
-
-    The best draft's reasoning and S2 answer fill ``reasoning`` and ``s2_answer`` (and their
-    companions); its S2 answer meeting the large model's short answer under the gate ends the
-    run as ``extract_agree`` (when ``s2_exit``).
-    """
-    ctx = scope.ctx
-    q = Question.from_state(state, ctx)
-    drafters = lineup.drafts(ctx)
-    drafts = state.get("drafts") or []
-
-    async def s2(d: Drafter, draft: Draft) -> tuple[Any, NodeMetrics]:
-        request = s2_request(
-            q, ctx, draft.get("reasoning") or "", draft.get("reasoning_token_ids") or None
-        )
-        gen, rec = await call(
-            d.backend, request, "extract", "small", tagged(scope, drafter=d.index)
-        )
-        return gen, _drafter_record(rec, d)
-
-    results = await gather_all([s2(d, draft) for d, draft in zip(drafters, drafts)])
-    merged: list[Draft] = []
-    for draft, (gen, rec) in zip(drafts, results):
-        canonical = extract_answer(gen.text, q.kind, q.options)
-        merged.append(
-            {
-                **draft,
-                "s2_answer": gen.text,
-                "s2_canonical": canonical,
-                "s2_prob": rec["answer_prob"],
-            }
-        )
-    order = rank_drafts(merged, ctx)
-    for place, i in enumerate(order):
-        merged[i] = {**merged[i], "rank": place}
-    best = merged[order[0]]
-    update: dict[str, Any] = {
-        "drafts": merged,
-        "metrics": [rec for _, rec in results],
-        **{k: best.get(k) for k in _REASONING},
-        "s2_answer": best["s2_answer"],
-        "s2_canonical": best["s2_canonical"],
-        "s2_prob": best["s2_prob"],
-    }
-    if ctx.s2_exit and agreement_exits(
-        best["s2_canonical"],
-        state.get("large_canonical") or "",
-        best["s2_prob"],
-        state.get("large_prob"),
-        ctx,
-    ):
-        update.update(
-            answer=best["s2_answer"], canonical=best["s2_canonical"], route="extract_agree"
-        )
-    return update
-
-
-async def sparsify_drafts(
-    state: MAIState, scope: RunScope, scorers: Mapping[str, TokenScorer], share_ids: bool
-) -> dict[str, Any]:
-    """Sparsify the best ``transfer_drafts`` reasonings, each as the single-draft step would.
-
-    Each chosen draft gets its ``transfer`` (and ``transfer_token_ids``) for the large model;
-    the run's ``transfer`` holds their texts, one per line, and one ``sparsification`` sums
-    them (``dropped_mass`` weighted by tokens).
-    """
-    ctx = scope.ctx
-    drafts = list(state.get("drafts") or [])
-    order = sorted(range(len(drafts)), key=lambda i: drafts[i].get("rank", drafts[i]["drafter"]))
-    infos: list[Sparsification] = []
-    texts: list[str] = []
-    for i in order[: ctx.transfer_drafts]:
-        view: Any = {**state, **{k: drafts[i].get(k) for k in (*_REASONING, "s2_answer")}}
-        out = await sparsify(view, ctx, scorers, share_ids)
-        drafts[i] = cast(
-            Draft,
-            {**drafts[i], "transfer": out["transfer"],
-             "transfer_token_ids": out["transfer_token_ids"]},
-        )  # fmt: skip
-        texts.append(out["transfer"])
-        infos.append(out["sparsification"])
-    tokens_in = sum(i["tokens_in"] for i in infos)
-    tokens_out = sum(i["tokens_out"] for i in infos)
-    dropped = sum(i["dropped_mass"] * i["tokens_in"] for i in infos)
-    info = Sparsification(
-        strategy=ctx.sparsify,
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        kept_ratio=tokens_out / tokens_in if tokens_in else 1.0,
-        dropped_mass=dropped / tokens_in if tokens_in else 0.0,
-        scoring_s=sum(i["scoring_s"] for i in infos),
-    )
-    if ctx.transfer_mask_answer:
-        info["masked_tokens"] = sum(i.get("masked_tokens", 0) for i in infos)
-    return {
-        "drafts": drafts,
-        "transfer": "\n".join(texts),
-        "transfer_token_ids": None,
-        "sparsification": info,
-    }
+def reasoning_written(state: Any, stage: int = 1) -> bool:
+    """Whether this stage's reasoning is already there (a speculative CoT wrote it)."""
+    if state.get("reasoning") is not None:
+        return True
+    drafts = (state.get("drafts") or ()) if stage == 1 else ()
+    return bool(drafts) and all(d.get("reasoning") is not None for d in drafts)

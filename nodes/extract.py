@@ -1,58 +1,74 @@
-"""S2 answer extraction: a second turn over the cached reasoning asks for the answer only."""
+"""S2 answer extraction: a second turn over the cached reasoning asks for the answer only.
+
+Each draft answers over its own reasoning (concurrently), and the drafts are ranked
+(``draft_rank``): the best draft's reasoning and S2 answer fill the run's keys. The S2 answer
+ends the run for the CoT baselines, and as ``extract_agree`` when it meets the large model's
+short answer under the gate (``s2_exit``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from mai_graph.answers import extract_answer
-from mai_graph.backends.base import VLMBackend
 from mai_graph.calls import Question, s2_request
 from mai_graph.gate import agreement_exits
-from mai_graph.lineup import Lineup
-from mai_graph.state import MAIState
+from mai_graph.lineup import Drafter, Lineup, rank_drafts
+from mai_graph.state import Draft, MAIState, NodeMetrics
 
-from ._common import Node, RunScope, call, staged_node
-from .reason import reasoner
+from ._common import Node, RunScope, call, gather_all, tagged
+from .drafts import REASONING_KEYS, reasoners
 
 
 async def extract(
-    state: MAIState, scope: RunScope, small: VLMBackend, large: VLMBackend
+    state: MAIState, scope: RunScope, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
-    """Append the extraction turn to the CoT conversation (identical prefix) and read the answer.
-
-    Ends the run for CoT baselines, and as ``extract_agree`` when the S2 answer matches the
-    large model's short answer under the gate and ``s2_exit`` allows it.
-    """
+    """Append the extraction turn to each draft's CoT conversation (same prefix), read answers."""
     ctx = scope.ctx
     q = Question.from_state(state, ctx)
-    role = reasoner(ctx)
-    request = s2_request(
-        q, ctx, state.get("reasoning") or "", state.get("reasoning_token_ids") or None
-    )
-    gen, rec = await call(large if role == "large" else small, request, "extract", role, scope)
-    canonical = extract_answer(gen.text, q.kind, q.options)
-    prob = rec["answer_prob"]
-    update: dict[str, Any] = {
-        "s2_answer": gen.text,
-        "s2_canonical": canonical,
-        "s2_prob": prob,
-        "metrics": [rec],
-    }
+    drafters, role = reasoners(lineup, scope, stage)
+    several = len(drafters) > 1
+    drafts: list[Any] = list(state.get("drafts") or []) if several else [state]
+
+    async def s2(d: Drafter, draft: Any) -> tuple[Any, NodeMetrics]:
+        request = s2_request(
+            q, ctx, draft.get("reasoning") or "", draft.get("reasoning_token_ids") or None
+        )
+        if not several:
+            return await call(d.backend, request, "extract", role, scope)
+        gen, rec = await call(d.backend, request, "extract", role, tagged(scope, drafter=d.index))
+        return gen, {**rec, "drafter": d.index}
+
+    results = await gather_all([s2(d, draft) for d, draft in zip(drafters, drafts)])
+    answers = [
+        {
+            "s2_answer": gen.text,
+            "s2_canonical": extract_answer(gen.text, q.kind, q.options),
+            "s2_prob": rec["answer_prob"],
+        }
+        for gen, rec in results
+    ]
+    update: dict[str, Any] = {"metrics": [rec for _, rec in results]}
+    if several:
+        merged: list[Draft] = [cast(Draft, {**d, **a}) for d, a in zip(drafts, answers)]
+        order = rank_drafts(merged, ctx)
+        for place, i in enumerate(order):
+            merged[i] = {**merged[i], "rank": place}
+        best: Any = merged[order[0]]
+        update.update(drafts=merged, **{k: best.get(k) for k in REASONING_KEYS})
+    else:
+        best = answers[0]
+    update.update({k: best[k] for k in ("s2_answer", "s2_canonical", "s2_prob")})
+    text, canonical, prob = best["s2_answer"], best["s2_canonical"], best["s2_prob"]
     if ctx.policy in ("small_cot", "large_cot"):
-        update.update(answer=gen.text, canonical=canonical, route=ctx.policy)
+        update.update(answer=text, canonical=canonical, route=ctx.policy)
     elif ctx.s2_exit and agreement_exits(
         canonical, state.get("large_canonical") or "", prob, state.get("large_prob"), ctx
     ):
-        update.update(answer=gen.text, canonical=canonical, route="extract_agree")
+        update.update(answer=text, canonical=canonical, route="extract_agree")
     return update
 
 
-def make_extract(lineup: Lineup) -> Node:
-    """The ``extract`` node with its backends bound.
-
-    Every draft answers (and the drafts are ranked) in runs with several; a chain's stage
-    ``s`` asks its own small model.
-    """
-    from .drafts import extract_drafts
-
-    return staged_node("extract", lineup, extract, extract_drafts)
+def make_extract(lineup: Lineup, stage: int = 1) -> Node:
+    """The ``extract`` node of ``stage``."""
+    return Node("extract", lambda state, scope: extract(state, scope, lineup, stage))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from mai_graph.backends.base import VLMBackend, VocabularyBackend
 from mai_graph.calls import Question, s2_request
@@ -13,9 +13,10 @@ from mai_graph.errors import ConfigError
 from mai_graph.lineup import Lineup
 from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_pieces
 from mai_graph.scoring.mask import answer_statement
-from mai_graph.state import MAIState, Sparsification
+from mai_graph.state import Draft, MAIState, Sparsification
 
 from ._common import Node, RunScope
+from .drafts import REASONING_KEYS
 
 
 def reasoning_input(state: MAIState, q: Question, ctx: MAIContext) -> ReasoningInput:
@@ -118,30 +119,89 @@ async def sparsify(
     return update
 
 
-def make_sparsify(lineup: Lineup, scorers: Mapping[str, TokenScorer]) -> Node:
-    """The ``sparsify`` node with its scorers bound (the tokenizer check runs once per stage).
+def transferred(state: MAIState, ctx: MAIContext, stage: int) -> list[int]:
+    """Which drafts' reasonings the large model reads: the best ``transfer_drafts``, or none.
 
-    Runs with several drafts sparsify the best ``transfer_drafts`` reasonings.
+    None (an empty list) means the run's own keys: one draft, a later stage, or one transfer.
     """
-    from .drafts import sparsify_drafts
+    drafts = state.get("drafts") or []
+    if stage > 1 or ctx.transfer_drafts <= 1 or len(drafts) <= 1:
+        return []
+    order = sorted(range(len(drafts)), key=lambda i: drafts[i].get("rank", drafts[i]["drafter"]))
+    return order[: ctx.transfer_drafts]
 
-    shared: dict[int, bool] = {}
 
-    async def share_ids(stage: int) -> bool:
-        if stage not in shared:
-            if stage == 1:  # every drafter's ids must mean the same to the large model
-                large = lineup.chain[0]
-                same = [await same_tokenizer(d, large) for d in lineup.drafters]
-                shared[stage] = all(same)
-            else:
-                shared[stage] = await same_tokenizer(*lineup.pair(stage))
-        return shared[stage]
+def combined(infos: list[Sparsification], ctx: MAIContext) -> Sparsification:
+    """One sparsification record for several drafts (``dropped_mass`` weighted by tokens)."""
+    tokens_in = sum(i["tokens_in"] for i in infos)
+    tokens_out = sum(i["tokens_out"] for i in infos)
+    dropped = sum(i["dropped_mass"] * i["tokens_in"] for i in infos)
+    info = Sparsification(
+        strategy=ctx.sparsify,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        kept_ratio=tokens_out / tokens_in if tokens_in else 1.0,
+        dropped_mass=dropped / tokens_in if tokens_in else 0.0,
+        scoring_s=sum(i["scoring_s"] for i in infos),
+    )
+    if ctx.transfer_mask_answer:
+        info["masked_tokens"] = sum(i.get("masked_tokens", 0) for i in infos)
+    return info
+
+
+async def sparsify_drafts(
+    state: MAIState,
+    ctx: MAIContext,
+    chosen: list[int],
+    scorers: Mapping[str, TokenScorer],
+    share_ids: bool,
+) -> dict[str, Any]:
+    """Sparsify each chosen draft's reasoning as :func:`sparsify` does the run's own.
+
+    Each chosen draft gets its ``transfer`` (and ``transfer_token_ids``) for the large model;
+    the run's ``transfer`` holds their texts, one per line, and one ``sparsification`` sums
+    them.
+    """
+    drafts = list(state.get("drafts") or [])
+    infos: list[Sparsification] = []
+    texts: list[str] = []
+    for i in chosen:
+        fields = (*REASONING_KEYS, "s2_answer")
+        view: Any = {**state, **{k: drafts[i].get(k) for k in fields}}
+        out = await sparsify(view, ctx, scorers, share_ids)
+        drafts[i] = cast(
+            Draft,
+            {**drafts[i], "transfer": out["transfer"],
+             "transfer_token_ids": out["transfer_token_ids"]},
+        )  # fmt: skip
+        texts.append(out["transfer"])
+        infos.append(out["sparsification"])
+    return {
+        "drafts": drafts,
+        "transfer": "\n".join(texts),
+        "transfer_token_ids": None,
+        "sparsification": combined(infos, ctx),
+    }
+
+
+def make_sparsify(lineup: Lineup, scorers: Mapping[str, TokenScorer], stage: int = 1) -> Node:
+    """The ``sparsify`` node of ``stage`` (its tokenizer check runs once, on first use)."""
+    if stage == 1:  # every drafter's ids must mean the same to the large model
+        pairs = [(d, lineup.chain[0]) for d in lineup.drafters]
+    else:
+        pairs = [lineup.pair(stage)]
+    shared: list[bool] = []
+
+    async def share_ids() -> bool:
+        if not shared:
+            shared.append(all([await same_tokenizer(s, large) for s, large in pairs]))
+        return shared[0]
 
     async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        stage = state.get("stage") or 1
         ctx = scope.ctx
-        if stage == 1 and ctx.transfer_drafts > 1 and lineup.draft_count(ctx) > 1:
-            return await sparsify_drafts(state, scope, scorers, await share_ids(1))
-        return await sparsify(state, ctx, scorers, await share_ids(stage))
+        chosen = transferred(state, ctx, stage)
+        if chosen:
+            return await sparsify_drafts(state, ctx, chosen, scorers, await share_ids())
+        return await sparsify(state, ctx, scorers, await share_ids())
 
     return Node("sparsify", core)

@@ -41,7 +41,7 @@ def test_custom_stream_has_token_and_metrics_events():
             tokens.append((chunk["node"], chunk["role"], chunk["text"]))
         else:
             metrics.append(chunk)
-    assert updates == ["verify", "reason", "extract", "sparsify", "answer"]
+    assert updates == ["prepare", "verify", "reason", "extract", "sparsify", "answer"]
     assert [m["node"] for m in metrics] == ["verify", "verify", "reason", "extract", "answer"]
     reasoning = "".join(t for node, role, t in tokens if node == "reason")
     assert reasoning == COT

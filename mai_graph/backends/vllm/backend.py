@@ -48,11 +48,11 @@ from mai_graph.backends.vllm.teardown import (
     reap,
     stop_engine,
 )
-from mai_graph.errors import BackendError, ConfigError, ImageError
+from mai_graph.errors import BackendError, ConfigError, ImageError, check_int
 from mai_graph.inputs.images import ImageRef, load_image
 from mai_graph.inputs.limits import check_media_counts, check_mm_limits, check_prompt_length
 from mai_graph.inputs.video import VideoRef, video_input
-from mai_graph.loop import BackgroundLoop, on_caller_loop
+from mai_graph.loop import BackgroundLoop, on_caller_loop, shared_loop
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -70,8 +70,10 @@ log = logging.getLogger(__name__)
 
 require_extra("vllm", ("vllm", "torch", "transformers"), "vllm")
 
-ENGINE_LOOP = BackgroundLoop("mai-graph-engines")
-"""The loop every engine built by :class:`VLLMBackend` lives on."""
+ENGINE_LOOP = shared_loop()
+"""The loop every engine built by :class:`VLLMBackend` lives on: mai-graph's one background
+loop, the one sync callers (``run()``, ``graph.invoke``) run the graph on, so a sync run's
+model calls never change loops; async callers on a loop of their own hop to it once a call."""
 
 WORKER_EXIT_GRACE_S = 20
 """Seconds an engine core waits for its worker to exit by itself (vLLM's default: 5)."""
@@ -167,13 +169,12 @@ class VLLMBackend:
                 value=gpu_memory_utilization,
                 fix="give each engine a share, e.g. 0.25 for the small and 0.6 for the large",
             )
-        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ConfigError(
-                f"max_restarts must be an int >= 0, got {max_restarts!r}",
-                parameter="max_restarts",
-                value=max_restarts,
-                fix="pass 0 to fail fast after an engine dies, or a small number such as 2",
-            )
+        check_int(
+            max_restarts,
+            "max_restarts",
+            minimum=0,
+            fix="pass 0 to fail fast after an engine dies, or a small number such as 2",
+        )
         self.media_limits = check_mm_limits(limit_mm_per_prompt)
         """Most items per prompt by modality (``image``, ``video``): ``limit_mm_per_prompt``."""
         self.model = model

@@ -1,0 +1,40 @@
+"""The short baselines: under the ``small`` / ``large`` policy one model answers, and that is it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mai_graph.answers import extract_answer
+from mai_graph.calls import Question, short_request
+from mai_graph.lineup import Lineup
+from mai_graph.state import MAIState
+
+from ._common import Node, RunScope, call
+
+
+async def baseline(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str, Any]:
+    """The policy's model (the smallest for ``small``, the largest for ``large``) answers short.
+
+    Its call is recorded as a short answer (``node`` ``verify``), as in MAI runs.
+    """
+    ctx = scope.ctx
+    q = Question.from_state(state, ctx)
+    side = ctx.policy
+    backend = lineup.small if side == "small" else lineup.large
+    gen, rec = await call(backend, short_request(q, ctx), "verify", side, scope)
+    canonical = extract_answer(gen.text, q.kind, q.options)
+    return {
+        f"{side}_answer": gen.text,
+        f"{side}_canonical": canonical,
+        f"{side}_prob": rec["answer_prob"],
+        f"{side}_distribution": gen.distribution,
+        "answer": gen.text,
+        "canonical": canonical,
+        "route": side,
+        "metrics": [rec],
+    }
+
+
+def make_baseline(lineup: Lineup) -> Node:
+    """The ``baseline`` node."""
+    return Node("baseline", lambda state, scope: baseline(state, scope, lineup))
