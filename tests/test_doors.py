@@ -50,9 +50,9 @@ def flat(*sides):
 @pytest.fixture
 def capture(monkeypatch):
     """Stop each door where its engines would start, keeping the backends it built."""
-    import mai_graph.adapters.endpoint.app
     import mai_graph.api
     import mai_graph.backends.lifecycle
+    import mai_graph.cli.serve
 
     async def stop_arun(question, image=None, *, small, large, **_):
         raise Captured(flat(small, large))
@@ -65,7 +65,7 @@ def capture(monkeypatch):
 
     monkeypatch.setattr(mai_graph.api, "arun", stop_arun)
     monkeypatch.setattr(mai_graph.backends.lifecycle, "start_backends", stop_start)
-    monkeypatch.setattr(mai_graph.adapters.endpoint.app, "run_server", stop_serve)
+    monkeypatch.setattr(mai_graph.cli.serve, "run_server", stop_serve)
 
 
 def engine_args(backends):
@@ -241,7 +241,7 @@ def test_gpu_memory_without_a_gpu_is_refused(capture, image, capsys):
 
 def test_serve_with_drafters_and_a_chain_names_them(monkeypatch, capsys):
     """The defect: `serve --drafter` formatted a list's .name and crashed."""
-    import mai_graph.adapters.endpoint.app as serve
+    import mai_graph.cli.serve as serve
 
     monkeypatch.setattr(serve, "serve", lambda app, **kw: None)
     monkeypatch.setattr(serve, "create_app", lambda *a, **kw: object())

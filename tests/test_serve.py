@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 
 from mai_graph import BackendError, FunctionBackend, ImagePolicy, ScriptedBackend
-from mai_graph.adapters.endpoint.app import api_keys_from, create_app
+from mai_graph.adapters.endpoint.app import create_app
+from mai_graph.adapters.endpoint.server import api_keys_from
 from mai_graph.backends.recording import RecordingBackend
 from tests.servers import serving_app as running
 
@@ -478,7 +479,7 @@ def test_clients_see_served_model_names_never_server_paths():
 
 
 def test_a_clients_budget_only_lowers_the_servers_and_the_default_allow_list():
-    from mai_graph.adapters.endpoint.app import CLIENT_SETTINGS
+    from mai_graph.adapters.endpoint.translate import CLIENT_SETTINGS
 
     small = ScriptedBackend({"short": "A"}, name="small")
     large = ScriptedBackend({"short": "A"}, name="large")
@@ -552,7 +553,7 @@ def test_a_stop_waits_for_runs_in_flight_at_most_the_shutdown_timeout():
     after the shutdown timeout, aborts its model call, runs the app's shutdown and exits."""
     import uvicorn
 
-    from mai_graph.adapters.endpoint.app import server_config
+    from mai_graph.adapters.endpoint.server import server_config
     from tests.servers import free_port
 
     started, aborted = threading.Event(), []
@@ -603,7 +604,7 @@ def test_a_stop_waits_for_runs_in_flight_at_most_the_shutdown_timeout():
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "10"])
 def test_the_shutdown_timeout_is_checked(bad):
-    from mai_graph.adapters.endpoint.app import server_config
+    from mai_graph.adapters.endpoint.server import server_config
     from mai_graph.errors import ConfigError
 
     with pytest.raises(ConfigError, match="shutdown timeout"):

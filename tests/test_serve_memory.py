@@ -3,7 +3,7 @@
 A burst of requests, each with sixteen large (and highly compressible: small bodies, many
 pixels) images, some of them over the question's pixel total, is sent at once; the server's
 resident memory is sampled throughout. Its peak stays within
-:func:`mai_graph.adapters.endpoint.app.memory_bound`
+:func:`mai_graph.adapters.endpoint.server.memory_bound`
 of its resting size, and after the burst it holds no more than the pixel cache's bound beyond
 it. Fake backends answer, so the memory measured is the endpoint's own.
 """
@@ -64,7 +64,7 @@ class Sampler:
 
 
 def test_a_burst_of_requests_with_many_large_images_stays_within_the_bound(tmp_path):
-    from mai_graph.adapters.endpoint.app import memory_bound
+    from mai_graph.adapters.endpoint.server import memory_bound
 
     fits = [picture(i, 2400) for i in range(16)]  # 92 M pixels: under the 100 M total
     over = [picture(i, 2600) for i in range(16)]  # 108 M pixels: refused at the 15th

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mai_graph import tracing
+from mai_graph.cli.backends import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
-from mai_graph.engines.select import add_backend_flags
 from mai_graph.errors import BackendError, ConfigError, MAIError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -130,7 +130,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _backends(args: argparse.Namespace, context: MAIContext | None = None) -> tuple[Any, Any]:
-    from mai_graph.engines.select import backends_from_args
+    from mai_graph.cli.backends import backends_from_args
 
     return backends_from_args(args, context=context)
 
@@ -158,7 +158,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from mai_graph.adapters.endpoint.app import run_server
+    from mai_graph.cli.serve import run_server
 
     ctx = _context(args)
     return run_server(args, ctx, _backends(args, ctx))
@@ -362,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mai_graph.cli.eval import register as register_eval  # eval, calibrate, synth-data
 
     register_eval(sub)
-    from mai_graph.latency.profile import register as register_profile  # profile (latency model)
+    from mai_graph.cli.profile import register as register_profile  # profile (latency model)
 
     register_profile(sub)
     from mai_graph.cli.pair import register as register_pair  # pair, train-pair

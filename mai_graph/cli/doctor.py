@@ -49,7 +49,7 @@ class _Checks:
 
 
 def _lineup(args: argparse.Namespace) -> Any:
-    from mai_graph.engines.select import lineup_from_args
+    from mai_graph.cli.backends import lineup_from_args
 
     if args.small is None and args.large is None and not args.lineup:
         from mai_graph.pair import trained_pair_paths
@@ -203,7 +203,7 @@ async def _run_engines(small: Any, large: Any, checks: _Checks, args: argparse.N
 
 def register(sub: Any) -> None:
     """Add ``doctor`` to ``mai-graph``'s subcommands."""
-    from mai_graph.engines.select import add_backend_flags
+    from mai_graph.cli.backends import add_backend_flags
 
     p = sub.add_parser(
         "doctor",

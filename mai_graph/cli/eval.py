@@ -83,7 +83,7 @@ def _backends(args: argparse.Namespace, samples: Any, context: Any = None) -> tu
         raise ConfigError(
             "--sim applies to --backend simulated or oracle", parameter="--sim", value=args.sim
         )
-    from mai_graph.engines.select import backends_from_args
+    from mai_graph.cli.backends import backends_from_args
 
     return backends_from_args(args, context=context)
 
@@ -310,7 +310,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _add_backend_flags(p: argparse.ArgumentParser) -> None:
-    from mai_graph.engines.select import BACKENDS, add_backend_flags
+    from mai_graph.cli.backends import add_backend_flags
+    from mai_graph.engines.select import BACKENDS
 
     add_backend_flags(
         p,

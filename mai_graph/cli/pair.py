@@ -50,14 +50,14 @@ def _cmd_pair(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from mai_graph.pair.train import run
+    from mai_graph.cli.train import train_from_args
 
-    return run(args)
+    return train_from_args(args)
 
 
 def register(sub: Any) -> None:
     """Add ``pair`` and ``train-pair`` to ``mai-graph``'s subparsers."""
-    from mai_graph.pair.train import add_arguments
+    from mai_graph.cli.train import add_arguments
 
     pair = sub.add_parser(
         "pair", help="the trained tiny pair shipped with mai-graph: where, what, files intact"

@@ -36,6 +36,7 @@ _DESCRIPTION = textwrap.dedent(
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from mai_graph.cli import context_from_args
+    from mai_graph.cli.backends import lineup_from_args
     from mai_graph.engines.plan import (
         Device,
         Workload,
@@ -44,7 +45,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         plan_memory,
         probe_devices,
     )
-    from mai_graph.engines.select import lineup_from_args
 
     ctx = context_from_args(args, keep_ratio=args.keep_ratio, cot_max_tokens=args.cot_max_tokens)
     lineup = lineup_from_args(args).checked()
@@ -84,7 +84,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``plan`` to ``mai-graph``'s subcommands."""
     from mai_graph.cli import add_context_flags
-    from mai_graph.engines.select import add_backend_flags
+    from mai_graph.cli.backends import add_backend_flags
 
     p = sub.add_parser(
         "plan",

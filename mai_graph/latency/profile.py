@@ -11,23 +11,20 @@
 3. real MAI runs on forced routes (``agree`` and ``transfer``, fresh image and question each):
    the prompt sizes of every call and the graph's own overhead.
 
-It then fits :class:`~mai_graph.latency.model.LatencyModel`. :func:`register` adds the command.
+It then fits :class:`~mai_graph.latency.model.LatencyModel`; :func:`measure_pair` also starts and
+stops the engines, :func:`format_model` and :func:`predictions` show what the model predicts.
+:mod:`mai_graph.cli.profile` is the command.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from mai_graph.backends.base import GenerationRequest, StreamingBackend, VLMBackend
 from mai_graph.context import MAIContext
@@ -43,9 +40,16 @@ from mai_graph.latency.model import (
     fit_overlap,
 )
 
-__all__ = ["Fresh", "forced_run", "fresh_run", "profile_pair", "register"]
+__all__ = [
+    "Fresh",
+    "format_model",
+    "forced_run",
+    "fresh_run",
+    "measure_pair",
+    "predictions",
+    "profile_pair",
+]
 
-EXIT_OK = 0
 _WORDS = (
     "the image shows a red square on a white background with two circles and three lines "
     "so the answer is B because the square is larger than the circles"
@@ -400,77 +404,76 @@ def _workload(runs: Sequence[Any]) -> Workload:
     )
 
 
-# -- the command -------------------------------------------------------------------------------
-
-_EPILOG = """\
-Measures each engine's prefill and decode costs (a few prompt and output lengths, fresh
-prompts and images), the contention of the two concurrent verification calls and the graph's
-own overhead, fits the latency model and prints per-route latency, MAI's expected latency and
-speedup over large_cot at several agreement rates, and the break-even agreement rate. Every
-number derived from the model is labelled "modelled"; only the fitted speeds are measured.
-
---what-if predicts a deployment from given decode speeds (tokens/s) without any engine:
-  mai-graph profile --what-if small=60,large=45 --cot-tokens 300
-(also small_prefill=, large_prefill= tokens/s, small_call_ms=, large_call_ms=, overlap=).
---from FILE prints a saved model's predictions; eval --latency-model FILE compares them with
-measured route latencies.
-"""
+# -- a whole profile, its predictions ---------------------------------------------------------
 
 
-def _size(raw: str) -> tuple[int, int]:
-    w, sep, h = raw.lower().partition("x")
-    try:
-        size = (int(w), int(h))
-    except ValueError:
-        size = (0, 0)
-    if not sep or min(size) < 16:
-        raise ConfigError(
-            f"--image-size must be WIDTHxHEIGHT (each >= 16), got {raw!r}",
-            parameter="--image-size",
-            value=raw,
-            fix="e.g. --image-size 320x256",
-        )
-    return size
+def measure_pair(
+    small: VLMBackend,
+    large: VLMBackend,
+    *,
+    rounds: int = 3,
+    image_size: tuple[int, int] = (320, 256),
+    seed: int = 0,
+    say: Callable[[str], None] | None = None,
+) -> LatencyModel:
+    """Start two engines (one after the other), :func:`profile_pair` them, shut them down.
+
+    Args:
+        small: The small model's backend (not started yet).
+        large: The large model's backend.
+        rounds: Repeats of every measurement (at least 2).
+        image_size: Size of the fresh test images.
+        seed: Seed of the test images, prompts and measurement order.
+        say: Receives progress lines.
+
+    Returns:
+        The fitted model (see :func:`profile_pair`).
+    """
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+
+    tell = say or (lambda _: None)
+
+    async def go() -> LatencyModel:
+        try:
+            tell("starting the engines, one after the other ...")
+            await start_backends(small, large)
+            tell("measuring ...")
+            return await profile_pair(
+                small, large, rounds=rounds, image_size=image_size, seed=seed, say=say
+            )
+        finally:
+            shutdown_backends(small, large)
+
+    return asyncio.run(go())
 
 
-def _rates(raw: str) -> list[float]:
-    try:
-        rates = [float(x) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        rates = []
-    if not rates or any(not 0 <= r <= 1 for r in rates):
-        raise ConfigError(
-            f"--agree-rates must be numbers in [0, 1], got {raw!r}",
-            parameter="--agree-rates",
-            value=raw,
-            fix="e.g. --agree-rates 0.5,0.7,0.9",
-        )
-    return rates
+def predictions(
+    model: LatencyModel, workload: Workload, rates: Sequence[float], s2_rate: float
+) -> dict[str, Any]:
+    """The model and what it predicts for ``workload``, as JSON-ready data.
 
-
-def _workload_from(args: argparse.Namespace, base: Workload) -> Workload:
-    changes: dict[str, Any] = {}
-    for flag, field in (
-        ("cot_tokens", "cot_tokens"),
-        ("large_cot_tokens", "large_cot_tokens"),
-        ("keep_ratio", "keep_ratio"),
-        ("prompt_tokens", "prompt_tokens"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            changes[field] = value
-    if changes.get("prompt_tokens") and base.cot_prompt_tokens:
-        changes["cot_prompt_tokens"] = (
-            base.cot_prompt_tokens - base.prompt_tokens + (changes["prompt_tokens"])
-        )
-    try:
-        return Workload(**{**base.model_dump(), **changes})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        flag = "--" + str(first["loc"][0]).replace("_", "-")
-        raise ConfigError(
-            f"{flag}: {first['msg']}, got {first.get('input')!r}", parameter=flag
-        ) from None
+    ``model``: the fitted (or given) model; ``modelled``: the workload, each route's latency
+    (wall and critical path), the seed estimate, MAI's expected latency and speedup at each
+    agreement rate in ``rates`` (``s2_rate`` of the disagreements settled by S2) and the
+    break-even agreement rate.
+    """
+    return {
+        "model": model.model_dump(),
+        "modelled": {
+            "workload": workload.model_dump(),
+            "routes_s": model.predict_routes(workload),
+            "critical_path_s": model.predict_routes(workload, wall=False),
+            "seed_estimate_s": model.seed_estimate(workload),
+            "mai": {
+                str(rate): {
+                    "latency_s": model.expected_mai(rate, s2_rate, workload),
+                    "speedup_vs_large_cot": model.speedup(rate, s2_rate, workload),
+                }
+                for rate in rates
+            },
+            "break_even_agree_rate": model.break_even(s2_rate, workload),
+        },
+    }
 
 
 def _ms(seconds: float | None) -> str:
@@ -558,160 +561,3 @@ def format_model(
         verdict = f"{100 * even:.1f}% of runs must agree for MAI to match large_cot"
     lines.append(f"break-even agreement rate (modelled, vs large_cot): {verdict}")
     return "\n".join(lines)
-
-
-def _cmd_profile(args: argparse.Namespace) -> int:
-    rates = _rates(args.agree_rates)
-    if not 0 <= args.s2_exit_rate <= 1:
-        raise ConfigError(
-            f"--s2-exit-rate must be in [0, 1], got {args.s2_exit_rate}",
-            parameter="--s2-exit-rate",
-            value=args.s2_exit_rate,
-        )
-    sources = [bool(args.what_if), bool(args.from_file)]
-    if sum(sources) > 1:
-        raise ConfigError(
-            "--what-if and --from exclude each other",
-            parameter="--what-if",
-            fix="give speeds or a saved profile, not both",
-        )
-    if args.what_if:
-        model = LatencyModel.what_if(args.what_if)
-    elif args.from_file:
-        model = LatencyModel.load(args.from_file)
-    else:
-        model = _measure(args)
-    if args.out and not args.from_file:
-        path = model.save(args.out)
-        print(f"latency model: {path}", file=sys.stderr)
-    workload = _workload_from(args, model.workload)
-    if args.json:
-        routes = model.predict_routes(workload)
-        print(
-            json.dumps(
-                {
-                    "model": model.model_dump(),
-                    "modelled": {
-                        "workload": workload.model_dump(),
-                        "routes_s": routes,
-                        "critical_path_s": model.predict_routes(workload, wall=False),
-                        "seed_estimate_s": model.seed_estimate(workload),
-                        "mai": {
-                            str(rate): {
-                                "latency_s": model.expected_mai(rate, args.s2_exit_rate, workload),
-                                "speedup_vs_large_cot": model.speedup(
-                                    rate, args.s2_exit_rate, workload
-                                ),
-                            }
-                            for rate in rates
-                        },
-                        "break_even_agree_rate": model.break_even(args.s2_exit_rate, workload),
-                    },
-                },
-                indent=1,
-            )
-        )
-    else:
-        print(format_model(model, workload, rates, args.s2_exit_rate))
-    return EXIT_OK
-
-
-def _measure(args: argparse.Namespace) -> LatencyModel:
-    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-
-    size = _size(args.image_size)
-    if args.tiny is not None:
-        kind = args.backend or args.backend_default
-        if kind not in ("vllm", "transformers"):
-            raise ConfigError(
-                "--tiny runs on --backend vllm or transformers",
-                parameter="--tiny",
-                value=args.backend,
-            )
-        from mai_graph.tiny.build import tiny_backends
-
-        small, large = tiny_backends(kind, args.tiny or None)
-    else:
-        if args.backend == "fake":
-            raise ConfigError(
-                "profiling measures real engines; the fake backend has no speed to measure",
-                parameter="--backend",
-                value="fake",
-                fix="use --backend vllm with --small/--large (or --tiny), or --what-if",
-            )
-        from mai_graph.engines.select import backends_from_args
-
-        small, large = backends_from_args(args, context=_plan_context(args))
-
-    start = time.perf_counter()
-
-    def say(line: str) -> None:
-        print(f"[{time.perf_counter() - start:5.0f} s] {line}", file=sys.stderr, flush=True)
-
-    async def go() -> LatencyModel:
-        try:
-            say("starting the engines, one after the other ...")
-            await start_backends(small, large)
-            say("measuring ...")
-            return await profile_pair(
-                small, large, rounds=args.rounds, image_size=size, seed=args.seed, say=say
-            )
-        finally:
-            shutdown_backends(small, large)
-
-    return asyncio.run(go())
-
-
-def _plan_context(args: argparse.Namespace) -> Any:
-    """The settings the memory plan sizes a profile's engines for (its CoT length)."""
-    from mai_graph.context import MAIContext
-
-    cot = getattr(args, "cot_tokens", None)
-    return MAIContext(cot_max_tokens=max(512, int(cot))) if cot else None
-
-
-def register(sub: Any) -> None:
-    """Add ``profile`` to ``mai-graph``'s subparsers."""
-    from mai_graph.engines.select import add_backend_flags
-
-    p = sub.add_parser(
-        "profile",
-        help="measure the engines and fit the latency model (per-route latency, speedup, "
-        "break-even)",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_backend_flags(p, default="vllm", shapes=False)
-    p.add_argument(
-        "--tiny",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="DIR",
-        help="profile the tiny local pair (built if needed; default folder: cache)",
-    )
-    p.add_argument("--rounds", type=int, default=3, help="repeats of each measurement (>= 2)")
-    p.add_argument("--image-size", default="320x256", help="test image size, WIDTHxHEIGHT")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="save the fitted model as JSON (for eval --latency-model)")
-    p.add_argument("--from", dest="from_file", metavar="FILE", help="print a saved model")
-    p.add_argument(
-        "--what-if",
-        metavar="SPEC",
-        help="decode speeds (tokens/s) instead of measuring, e.g. small=60,large=45",
-    )
-    p.add_argument("--cot-tokens", type=int, help="reasoning length N_S to predict for")
-    p.add_argument("--large-cot-tokens", type=int, help="large_cot reasoning length N_L")
-    p.add_argument("--keep-ratio", type=float, help="share of the reasoning transferred")
-    p.add_argument("--prompt-tokens", type=int, help="short-answer prompt size, image included")
-    p.add_argument(
-        "--agree-rates", default="0.5,0.7,0.9", help="agreement rates for the expected latency"
-    )
-    p.add_argument(
-        "--s2-exit-rate",
-        type=float,
-        default=0.0,
-        help="share of disagreements settled by the S2 answer (default 0)",
-    )
-    p.add_argument("--json", action="store_true", help="print the model and predictions as JSON")
-    p.set_defaults(func=_cmd_profile)

@@ -1,7 +1,7 @@
 """Train the tiny demo pair: two Qwen3-VL models that answer the synthetic task for real.
 
-``mai-graph train-pair OUT`` (or ``python -m mai_graph.pair.train OUT``) builds the task
-tokenizer, trains a small and a large model in two processes at once (one CPU thread each,
+``mai-graph train-pair OUT`` (:mod:`mai_graph.cli.train`; here :func:`train_pair`) builds the
+task tokenizer, trains a small and a large model in two processes at once (one CPU thread each,
 niced), evaluates both on fresh held-out items, measures their per-token decode speed, checks
 the quality gates, and only then writes ``OUT/small``, ``OUT/large`` (Hugging Face layout, bf16
 safetensors) and ``OUT/manifest.json``.
@@ -22,7 +22,6 @@ records them) makes a run repeat step for step.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -64,8 +63,8 @@ __all__ = [
     "PairSpec",
     "build_tokenizer",
     "check_gates",
-    "main",
     "specs_for",
+    "train_pair",
 ]
 
 TRAINER_VERSION = 1
@@ -811,20 +810,34 @@ def measure_speed(
     return out
 
 
-def _spawn(role: str, work: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+def _spawn(
+    role: str,
+    work: Path,
+    out: Path,
+    *,
+    seed: int,
+    heldout: int,
+    heldout_seed: int,
+    task: str,
+    minutes: Sequence[float],
+    steps: Sequence[int],
+    init_from: str | Path | None,
+    lr_scale: float,
+) -> subprocess.Popen[bytes]:
+    """Start the training of ``role`` in a child process (``python -m mai_graph.cli.train``)."""
     cmd = [
-        sys.executable, "-m", "mai_graph.pair.train", str(args.out), "--child", role,
-        "--work", str(work), "--seed", str(args.seed), "--heldout", str(args.heldout),
-        "--heldout-seed", str(args.heldout_seed), "--task", args.task,
+        sys.executable, "-m", "mai_graph.cli.train", str(out), "--child", role,
+        "--work", str(work), "--seed", str(seed), "--heldout", str(heldout),
+        "--heldout-seed", str(heldout_seed), "--task", task,
     ]  # fmt: skip
-    if args.steps:
-        cmd += ["--steps", str(args.steps[0] if role == "small" else args.steps[-1])]
+    if steps:
+        cmd += ["--steps", str(steps[0] if role == "small" else steps[-1])]
     else:
-        cmd += ["--minutes", str(args.minutes[0] if role == "small" else args.minutes[-1])]
-    if args.init_from:
-        cmd += ["--init-from", str(args.init_from)]
-    if args.lr_scale != 1.0:
-        cmd += ["--lr-scale", str(args.lr_scale)]
+        cmd += ["--minutes", str(minutes[0] if role == "small" else minutes[-1])]
+    if init_from:
+        cmd += ["--init-from", str(init_from)]
+    if lr_scale != 1.0:
+        cmd += ["--lr-scale", str(lr_scale)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     err = (work / f"{role}.stderr").open("wb")
@@ -904,54 +917,105 @@ def _gap_source(records: dict[str, Any], task: str = "v1") -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Tokenizer, two trainings, held-out scores, speed, gates; save when the gates hold."""
+def train_pair(
+    out: str | Path,
+    *,
+    minutes: Sequence[float] = (10.0, 32.0),
+    steps: Sequence[int] | None = None,
+    seed: int = 0,
+    task: str = "v1",
+    heldout: int = 1000,
+    heldout_seed: int = 1000,
+    speed: str = "vllm",
+    engine_lock: str | None = None,
+    eval_items: int = 0,
+    work: str | Path | None = None,
+    save_anyway: bool = False,
+    from_work: bool = False,
+    retrain: str | None = None,
+    init_from: str | Path | None = None,
+    lr_scale: float = 1.0,
+) -> int:
+    """Tokenizer, two trainings, held-out scores, speed, gates; save when the gates hold.
+
+    Args:
+        out: Where to write ``small/``, ``large/`` and ``manifest.json``.
+        minutes: Wall-time budget: one number for both models, or small and large.
+        steps: Fixed steps instead of a time budget (one number, or small and large).
+        seed: Seed of the data, initialization and order.
+        task: ``v1`` (the first pair's task) or ``v2`` (compositional questions).
+        heldout: Held-out items to score.
+        heldout_seed: Seed of the held-out items.
+        speed: Engine that measures per-token speed (``vllm``, ``transformers``; ``skip``:
+            the speed gate fails).
+        engine_lock: A lock file to hold while engines run (shared machines).
+        eval_items: Also evaluate every policy on this many held-out items on vLLM and check
+            the reasoning and transfer gates (0: no).
+        work: Scratch folder (default ``OUT.work``).
+        save_anyway: Save even if a gate fails.
+        from_work: No training: score, measure and check the models already in ``work``.
+        retrain: Train only this model (``small`` or ``large``) again, keeping the tokenizer
+            and the other model in the scratch folder.
+        init_from: With ``retrain``: continue the model trained in this scratch folder.
+        lr_scale: Scale of the spec's learning rate.
+
+    Returns:
+        0 when the gates held (or ``save_anyway`` saved the pair), else 1.
+    """
     from mai_graph.answers import answers_match
     from mai_graph.files import output_folder
     from mai_graph.pair.task import prompt_fingerprint
 
-    out = output_folder(args.out, flag="OUT", what="trained pair",
+    minutes, steps = list(minutes), list(steps or [])
+
+    out = output_folder(out, flag="OUT", what="trained pair",
                         owns=lambda f: (f / "manifest.json").is_file())  # fmt: skip
-    work = Path(args.work) if args.work else out.with_name(out.name + ".work")
-    if not (args.from_work or args.retrain):  # the scratch folder is emptied: only ours
+    work = Path(work) if work else out.with_name(out.name + ".work")
+    if not (from_work or retrain):  # the scratch folder is emptied: only ours
         output_folder(work, flag="--work", what="training scratch folder",
                       owns=lambda f: (f / "tokenizer").is_dir())  # fmt: skip
     started = time.perf_counter()
-    if args.from_work:
+    if from_work:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
         for role in ("small", "large"):  # the processors as this version builds them
-            side = specs_for(args.task)[role].image_side
+            side = specs_for(task)[role].image_side
             build_processor(tokenizer, side).save_pretrained(work / role)
         print(f"scoring the models trained in {work} (no training)")
     else:
-        roles = [args.retrain] if args.retrain else ["small", "large"]
-        if args.retrain and args.init_from and not (work / "tokenizer").exists():
-            other = "large" if args.retrain == "small" else "small"
-            source = Path(args.init_from)
+        roles = [retrain] if retrain else ["small", "large"]
+        if retrain and init_from and not (work / "tokenizer").exists():
+            other = "large" if retrain == "small" else "small"
+            source = Path(init_from)
             work.mkdir(parents=True, exist_ok=True)
             for name in ("tokenizer", other):  # a fresh scratch folder starts from the earlier
                 shutil.copytree(source / name, work / name)
             shutil.copy(source / f"{other}.record.json", work / f"{other}.record.json")
-        if args.retrain:  # keep the tokenizer and the other model of the scratch folder
+        if retrain:  # keep the tokenizer and the other model of the scratch folder
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
         else:
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
-            tokenizer = build_tokenizer(args.task)
+            tokenizer = build_tokenizer(task)
             tokenizer.save_pretrained(work / "tokenizer")
         budget = (
-            f"steps: small {args.steps[0]}, large {args.steps[-1]}"
-            if args.steps
-            else f"small {args.minutes[0]:g} min, large {args.minutes[-1]:g} min"
+            f"steps: small {steps[0]}, large {steps[-1]}"
+            if steps
+            else f"small {minutes[0]:g} min, large {minutes[-1]:g} min"
         )
         print(f"tokenizer: {len(tokenizer)} tokens")
         print(f"training {' and '.join(roles)} ({budget}, one thread each, niced); "
               f"logs in {work}")  # fmt: skip
-        procs = {role: _spawn(role, work, args) for role in roles}
+        procs = {
+            role: _spawn(
+                role, work, out, seed=seed, heldout=heldout, heldout_seed=heldout_seed,
+                task=task, minutes=minutes, steps=steps, init_from=init_from, lr_scale=lr_scale,
+            )
+            for role in roles
+        }  # fmt: skip
         _follow(procs, work)
         for role, proc in procs.items():
             if proc.returncode != 0:
@@ -959,7 +1023,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{role} training failed (exit {proc.returncode}):\n{tail}")
                 return 1
     records = {r: json.loads((work / f"{r}.record.json").read_text()) for r in ("small", "large")}
-    items = heldout_items(args.heldout, seed=args.heldout_seed, task=args.task)
+    items = heldout_items(heldout, seed=heldout_seed, task=task)
     answers = {r: records[r].pop("answers") for r in records}
     agree = [
         answers_match(a, b, it.row["kind"], options=it.row.get("options"))
@@ -972,56 +1036,57 @@ def run(args: argparse.Namespace) -> int:
         agree,
     )
     stats = {
-        "heldout": {"n": len(items), "seed": args.heldout_seed,
+        "heldout": {"n": len(items), "seed": heldout_seed,
                     "generator": "mai_graph.eval.synthetic", "answers": "greedy short answers, "
                     "transformers, bf16 weights computed in fp32"},
         **stats,
     }  # fmt: skip
-    speed: dict[str, Any] | None = None
-    if args.speed != "skip":
-        print(f"measuring per-token speed on {args.speed} (engines one after the other) ...")
-        with _file_lock(args.engine_lock):
-            speed = measure_speed(work / "small", work / "large", engine=args.speed)
-        print(f"  small {speed['small']['per_token_ms']:.2f} ms/token, large "
-              f"{speed['large']['per_token_ms']:.2f} ms/token ({speed['ratio']:.2f}x)")  # fmt: skip
-    gates = check_gates(stats, speed["ratio"] if speed else None, GATES[args.task])
+    timing: dict[str, Any] | None = None
+    if speed != "skip":
+        print(f"measuring per-token speed on {speed} (engines one after the other) ...")
+        with _file_lock(engine_lock):
+            timing = measure_speed(work / "small", work / "large", engine=speed)
+        print(f"  small {timing['small']['per_token_ms']:.2f} ms/token, large "
+              f"{timing['large']['per_token_ms']:.2f} ms/token "
+              f"({timing['ratio']:.2f}x)")  # fmt: skip
+    gates = check_gates(stats, timing["ratio"] if timing else None, GATES[task])
     evaluation: dict[str, Any] | None = None
-    if args.eval_items:
+    if eval_items:
         from mai_graph.pair.gates import check_transfer_gates, evaluate_pair, summary
 
-        print(f"evaluating every policy on {args.eval_items} held-out items on vllm "
+        print(f"evaluating every policy on {eval_items} held-out items on vllm "
               "(branches, masked transfer, CircularEval) ...")  # fmt: skip
         shutil.rmtree(work / "eval", ignore_errors=True)
-        with _file_lock(args.engine_lock):
+        with _file_lock(engine_lock):
             result = evaluate_pair(
                 work / "small", work / "large", work / "eval",
-                n=args.eval_items, seed=args.heldout_seed, task=args.task,
+                n=eval_items, seed=heldout_seed, task=task,
             )  # fmt: skip
         gates += check_transfer_gates(result)
         evaluation = summary(result)
     _report(stats, gates)
     passed = all(ok for _, ok, _ in gates)
-    if not passed and not args.save_anyway:
+    if not passed and not save_anyway:
         print(f"\nnot saved: a gate failed (the models are in {work})")
         return 1
     compute = {r: records[r]["train_flops"] for r in records}
     manifest = {
         "what": "a toy pair of tiny Qwen3-VL models trained on mai-graph's synthetic task",
         "trainer_version": TRAINER_VERSION,
-        "task": args.task,
-        "seed": args.seed,
+        "task": task,
+        "seed": seed,
         "budget": {
-            "minutes": None if args.steps else dict(zip(("small", "large"), args.minutes * 2)),
-            "steps": dict(zip(("small", "large"), args.steps * 2)) if args.steps else None,
+            "minutes": None if steps else dict(zip(("small", "large"), minutes * 2)),
+            "steps": dict(zip(("small", "large"), steps * 2)) if steps else None,
         },
-        "run_wall_s": None if args.from_work else round(time.perf_counter() - started, 1),
+        "run_wall_s": None if from_work else round(time.perf_counter() - started, 1),
         "models": records,
         "compute_ratio_large_over_small": round(compute["large"] / compute["small"], 2),
-        "gap_source": _gap_source(records, args.task),
+        "gap_source": _gap_source(records, task),
         "tokenizer_tokens": len(tokenizer),
-        "prompt_fingerprint": prompt_fingerprint(tokenizer, args.task),
+        "prompt_fingerprint": prompt_fingerprint(tokenizer, task),
         **stats,
-        "speed": speed,
+        "speed": timing,
         "evaluation": evaluation,
         "gates": [{"name": g, "passed": ok, "detail": d} for g, ok, d in gates],
         "gates_passed": passed,
@@ -1034,88 +1099,3 @@ def run(args: argparse.Namespace) -> int:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     print(f"\nsaved: {out / 'small'}, {out / 'large'}, {out / 'manifest.json'}")
     return 0 if passed else 1
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``mai-graph train-pair`` (and ``python -m mai_graph.pair.train``)."""
-    p = argparse.ArgumentParser(prog="mai-graph train-pair", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return p
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the training arguments to ``p``."""
-    p.add_argument("out", help="where to write small/, large/ and manifest.json")
-    p.add_argument(
-        "--minutes", type=float, nargs="+", default=[10.0, 32.0], metavar="M",
-        help="wall-time budget: one number for both models, or small and large (default 10 32)",
-    )  # fmt: skip
-    p.add_argument(
-        "--steps", type=int, nargs="+", metavar="N",
-        help="fixed steps instead of a time budget (one number, or small and large)",
-    )  # fmt: skip
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--task", default="v1", choices=["v1", "v2"],
-        help="v1: the first pair's task; v2: compositional questions where reasoning helps",
-    )  # fmt: skip
-    p.add_argument("--heldout", type=int, default=1000, help="held-out items to score")
-    p.add_argument("--heldout-seed", type=int, default=1000, help="seed of the held-out items")
-    p.add_argument(
-        "--speed", default="vllm", choices=["vllm", "transformers", "skip"],
-        help="engine that measures per-token speed (skip: the speed gate fails)",
-    )  # fmt: skip
-    p.add_argument("--engine-lock", help="a lock file to hold while engines run (shared machines)")
-    p.add_argument(
-        "--eval-items", type=int, default=0, metavar="N",
-        help="also evaluate every policy on N held-out items on vLLM and check the reasoning "
-        "and transfer gates (mai_graph.pair.gates; 300 for the v2 pair)",
-    )  # fmt: skip
-    p.add_argument("--work", help="scratch folder (default OUT.work)")
-    p.add_argument("--save-anyway", action="store_true", help="save even if a gate fails")
-    p.add_argument(
-        "--from-work", action="store_true",
-        help="no training: score, measure and check the models already in the scratch folder",
-    )  # fmt: skip
-    p.add_argument(
-        "--retrain", choices=["small", "large"],
-        help="train only this model again, keeping the tokenizer and the other model in the "
-        "scratch folder (the manifest records each model's own budget)",
-    )  # fmt: skip
-    p.add_argument(
-        "--init-from", metavar="WORK",
-        help="with --retrain: continue the model trained in the scratch folder WORK (its weights "
-        "and record; the data stream goes on where it stopped) instead of starting afresh",
-    )  # fmt: skip
-    p.add_argument(
-        "--lr-scale", type=float, default=1.0, metavar="F",
-        help="scale the spec's learning rate (e.g. 0.5 when continuing with --init-from)",
-    )  # fmt: skip
-    p.add_argument("--child", choices=["small", "large"], help=argparse.SUPPRESS)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
-    args = build_parser().parse_args(argv)
-    for name in ("steps", "minutes"):
-        value = getattr(args, name)
-        if value and len(value) > 2:
-            raise ConfigError(
-                f"--{name} takes one or two numbers (small, large)", parameter=f"--{name}",
-                value=value,
-            )  # fmt: skip
-    if args.child:
-        train_role(
-            args.child, Path(args.work), seed=args.seed,
-            seconds=None if args.steps else 60 * args.minutes[0],
-            steps=args.steps[0] if args.steps else None,
-            heldout_n=args.heldout, heldout_seed=args.heldout_seed, task=args.task,
-            init_from=Path(args.init_from) if args.init_from else None,
-            lr_scale=args.lr_scale,
-        )  # fmt: skip
-        return 0
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
