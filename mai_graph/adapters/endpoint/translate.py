@@ -324,6 +324,7 @@ def extension(out: Mapping[str, Any], wall_s: float, served: str = "mai") -> dic
     return {
         "route": out.get("route"),
         "canonical": out.get("canonical"),
+        **({"stage": out["stage"]} if out.get("stage") else {}),  # chains: the deciding stage
         "small_answer": out.get("small_answer"),
         "large_answer": out.get("large_answer"),
         "s2_answer": out.get("s2_answer"),
