@@ -4,6 +4,10 @@ Prompts are rendered with the model's own chat template and tokenized here, so e
 sent as token ids with the image placeholder unexpanded. An assistant turn that carries its
 generated ``token_ids`` is spliced in verbatim: the S2 prompt then starts with exactly the ids
 the engine already holds in its prefix / KV cache (re-tokenizing generated text would differ).
+
+This is deliberate, not a stand-in for a library: neither vLLM's chat entry points nor
+transformers' ``apply_chat_template`` take token ids for a turn, and without the splice the S2
+turn and the transfer answer would re-read the whole reasoning instead of hitting the cache.
 """
 
 from __future__ import annotations

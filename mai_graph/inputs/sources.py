@@ -10,6 +10,11 @@ a file exists there. http(s) URLs are off unless the policy enables them; then f
 time and content-type caps, and no host that resolves to a loopback, private, link-local or
 otherwise non-public address is contacted (redirects included).
 
+The fetch is deliberately its own (``http.client`` on a socket whose peer address was checked):
+the usual clients resolve a host again when they connect, so a check before the request cannot
+stop a name that resolves to a public address once and to a private one the next time (DNS
+rebinding); here the address that was checked is the one connected to, on every redirect.
+
 :func:`resolve_image` blocks (file reads, fetches, decoding, the image store): call it off the
 event loop, as the graph's first node does.
 """
