@@ -43,7 +43,7 @@ from mai_graph.adapters.endpoint.translate import (
 )
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int
 from mai_graph.graph import create_mai_graph
 from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
@@ -238,10 +238,7 @@ def create_app(
     if any(not isinstance(k, str) for k in keys):
         raise ConfigError("api_keys must be strings", parameter="api_keys")
     for name, value in (("max_concurrency", max_concurrency), ("max_preparing", max_preparing)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"{name} must be an int >= 1, got {value!r}", parameter=name, value=value
-            )
+        check_int(value, name, minimum=1)
     allowed: Collection[str] | None = None  # None: every field
     if isinstance(allowed_settings, str) and allowed_settings != "all":
         raise ConfigError(
