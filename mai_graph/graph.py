@@ -40,8 +40,6 @@ __all__ = [
 
 NODES = ("prepare", "verify", "baseline", "reason", "extract", "sparsify", "answer")
 """The nodes of the two-model graph (``review`` too when it pauses runs)."""
-STEPS = ("prepare", "verify", "baseline", "reason", "extract", "sparsify", "answer", "escalate")
-"""Steps of every graph; a chain's stage ``s`` > 1 has its own ``reason_s``, ..., ``escalate_s``."""
 _MODEL_STEPS = ("verify", "baseline", "reason", "extract", "answer", "escalate")
 _TIMED_STEPS = (*_MODEL_STEPS, "sparsify")
 
