@@ -30,7 +30,7 @@ from langgraph.types import Overwrite
 
 from mai_graph import Generation, MAIContext, create_mai_graph
 from mai_graph.lineup import Lineup
-from mai_graph.nodes._common import RunScope
+from mai_graph.nodes._common import offline
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.extract import extract
 from mai_graph.nodes.prepare import make_prepare
@@ -71,7 +71,7 @@ ROUTES = {
 
 async def plain(state, ctx, small, large):
     """The same nodes, called and merged by hand."""
-    scope = RunScope.offline(ctx)
+    runtime = offline(ctx)
 
     def merge(state, update):
         new = update.pop("metrics", [])
@@ -82,16 +82,16 @@ async def plain(state, ctx, small, large):
         return {**state, **update, "metrics": metrics}
 
     lineup = Lineup.of(small, large)
-    state = merge(state, await make_prepare(lineup, None, False).core(state, scope))
-    state = merge(state, await verify(state, scope, lineup))
+    state = merge(state, await make_prepare(lineup, None, False).core(state, runtime))
+    state = merge(state, await verify(state, runtime, lineup))
     if state.get("route"):
         return state
-    state = merge(state, await reason(state, scope, lineup))
-    state = merge(state, await extract(state, scope, lineup))
+    state = merge(state, await reason(state, runtime, lineup))
+    state = merge(state, await extract(state, runtime, lineup))
     if state.get("route"):
         return state
     state = merge(state, await sparsify(state, ctx, SCORERS, False))
-    return merge(state, await answer(state, scope, lineup))
+    return merge(state, await answer(state, runtime, lineup))
 
 
 def floor_graph(route):
@@ -203,7 +203,7 @@ async def tracing_cost(runs: int, rounds: int) -> None:
         print("\ntracing: not measured (pip install 'mai-graph[otel]')")
         return
     from mai_graph import GenerationRequest, llm_runs, tracing
-    from mai_graph.nodes._common import RunScope, call
+    from mai_graph.nodes._common import call, offline
 
     ctx = MAIContext()
     state = {"question": "Which colour is the square?", "options": ["red", "blue"]}
@@ -241,7 +241,7 @@ async def tracing_cost(runs: int, rounds: int) -> None:
     tracing.disable()
     request = GenerationRequest(({"role": "user", "content": [{"type": "text", "text": "x"}]},), 1)
     backend = ZeroBackend("small", {"generate": "A"})
-    scope = RunScope.offline(ctx)
+    runtime = offline(ctx)
     n = 20000
     t0 = time.perf_counter()
     for _ in range(n):
@@ -249,7 +249,7 @@ async def tracing_cost(runs: int, rounds: int) -> None:
     t_bare = (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     for _ in range(n):
-        await call(backend, request, "verify", "small", scope)
+        await call(backend, request, "verify", "small", runtime)
     t_call = (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     for _ in range(n):  # what call() and a node add while tracing is off and no callbacks

@@ -24,7 +24,7 @@ from mai_graph.calls import Question
 from mai_graph.context import SparsifyStrategy
 from mai_graph.inputs.sources import image_ref
 from mai_graph.lineup import Lineup
-from mai_graph.nodes._common import RunScope
+from mai_graph.nodes._common import offline
 from mai_graph.nodes.answer import answer
 from mai_graph.nodes.baseline import baseline
 from mai_graph.nodes.reason import reason
@@ -71,7 +71,7 @@ async def run(args, small, large, scorers, image):
     for question in QUESTIONS[: args.texts]:
         inputs = {"question": question, "options": DEMO_OPTIONS, "image": image}
         state = {**inputs, "request": Question.from_input(inputs, base).as_request()}
-        state.update(await reason(state, RunScope.offline(base), lineup))
+        state.update(await reason(state, offline(base), lineup))
         states.append(state)
     rows = {}
     for strategy in STRATEGIES:
@@ -87,9 +87,9 @@ async def run(args, small, large, scorers, image):
                     update = await sparsify(state, ctx, scorers, share_ids)
                 info = update["sparsification"]
                 await large.reset_prefix_cache()
-                only_large = RunScope.offline(MAIContext(policy="large"))
+                only_large = offline(MAIContext(policy="large"))
                 await baseline(state, only_large, lineup)  # fills the large model's prefix cache
-                out = await answer({**state, **update}, RunScope.offline(ctx), lineup)
+                out = await answer({**state, **update}, offline(ctx), lineup)
                 call = out["metrics"][0]
                 scoring.append(info["scoring_s"])
                 prompt.append(call["prompt_tokens"] - (call["cached_tokens"] or 0))

@@ -1,4 +1,4 @@
-"""What every node shares: the node runnable, model calls with their metrics records."""
+"""What every node shares: the node runnable over LangGraph's runtime, and model calls."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph.runtime import get_runtime
+from langgraph.config import get_config
+from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Overwrite
 
 from mai_graph import llm_runs, tracing
@@ -21,44 +21,49 @@ from mai_graph.state import MAIState, NodeMetrics
 
 Update = dict[str, Any]
 T = TypeVar("T")
-Writer = Callable[[Any], None]
+MAIRuntime = Runtime[MAIContext]
+"""LangGraph's runtime of a node, its context settled to the run's :class:`MAIContext`."""
+
+Core = Callable[[MAIState, MAIRuntime], Coroutine[Any, Any, Update]]
 
 
-@dataclass(frozen=True, slots=True)
-class RunScope:
-    """What a node core gets from LangGraph's runtime: the run's settings and stream writer.
+def settled(runtime: Runtime[Any]) -> MAIRuntime:
+    """``runtime`` with its context as the run's :class:`MAIContext`.
 
-    ``ctx`` is the run's :class:`MAIContext`, taken from the runtime's context (a parent app's
-    context contributes its ``mai`` field; see :func:`~mai_graph.context.mai_settings`).
+    The graph's own runs carry a ``MAIContext`` already (the runtime is returned as is); a
+    parent app's context contributes its ``mai`` field, a dict its fields
+    (:func:`~mai_graph.context.mai_settings`).
     """
-
-    ctx: MAIContext
-    write: Writer
-    config: RunnableConfig | None = None
-    """The node's config, to pass on to runnables the node calls (callbacks nest, streams)."""
-
-    @classmethod
-    def of(cls, runtime: Any, config: RunnableConfig | None = None) -> RunScope:
-        """The scope of a LangGraph ``Runtime`` (and the node's config)."""
-        return cls(mai_settings(runtime.context), runtime.stream_writer, config)
-
-    @classmethod
-    def offline(cls, ctx: MAIContext | None = None) -> RunScope:
-        """A scope for calling a node core directly, outside a graph (events go nowhere)."""
-        return cls(ctx or MAIContext(), _discard)
+    if type(runtime.context) is MAIContext:
+        return runtime
+    return runtime.override(context=mai_settings(runtime.context))
 
 
-Core = Callable[[MAIState, RunScope], Coroutine[Any, Any, Update]]
+def offline(ctx: MAIContext | None = None) -> MAIRuntime:
+    """A runtime for calling a node core directly, outside a graph (events go nowhere)."""
+    return Runtime(context=ctx or MAIContext())
+
+
+def node_config() -> RunnableConfig | None:
+    """The running node's config (callbacks, ``configurable``), or ``None`` outside a graph.
+
+    LangGraph sets it for the node's task; tasks the node starts, and a sync run's hop to the
+    shared loop, carry it on (both copy the caller's context variables).
+    """
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
 
 
 class Node(Runnable[MAIState, Update]):
-    """A graph node over an async core ``(state, scope) -> update``.
+    """A graph node over an async core ``(state, runtime) -> update``.
 
-    LangGraph hands every node the run's ``Runtime`` (context and stream writer); this runnable
-    reads it once per call and passes it to the core as a :class:`RunScope`. Awaited under
-    ``ainvoke``; under sync ``invoke`` the core runs on mai-graph's background loop, so engines
-    stay on one loop either way. A bare Runnable (no callback or signature machinery per call)
-    keeps orchestration overhead low.
+    LangGraph hands every node the run's ``Runtime``; this runnable settles its context to the
+    run's :class:`MAIContext` and passes it to the core. Awaited under ``ainvoke``; under sync
+    ``invoke`` the core runs on mai-graph's background loop, so engines stay on one loop either
+    way. A bare Runnable (no callback or signature machinery per call) keeps orchestration
+    overhead low.
     """
 
     def __init__(self, name: str, core: Core) -> None:
@@ -69,35 +74,31 @@ class Node(Runnable[MAIState, Update]):
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Run the core to completion from sync code."""
-        return run_sync(self._run(input, RunScope.of(get_runtime(), config)))
+        return run_sync(self._run(input, settled(get_runtime())))
 
     async def ainvoke(
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Await the core."""
-        return await self._run(input, RunScope.of(get_runtime(), config))
+        return await self._run(input, settled(get_runtime()))
 
-    def _run(self, state: MAIState, scope: RunScope) -> Coroutine[Any, Any, Update]:
+    def _run(self, state: MAIState, runtime: MAIRuntime) -> Coroutine[Any, Any, Update]:
         if not tracing.enabled():
-            return self.core(state, scope)
-        return self._traced(state, scope)
+            return self.core(state, runtime)
+        return self._traced(state, runtime)
 
-    async def _traced(self, state: MAIState, scope: RunScope) -> Update:
+    async def _traced(self, state: MAIState, runtime: MAIRuntime) -> Update:
         """The core in a span of its own (tracing on)."""
         with tracing.node_span(self.name or "node") as span:
-            update = await self.core(state, scope)
+            update = await self.core(state, runtime)
             tracing.finish_node(span, update)
             return update
 
 
-def _discard(_: Any) -> None:
-    return None
-
-
-def tagged(scope: RunScope, **tags: int) -> RunScope:
-    """``scope`` whose streamed events carry ``tags`` (e.g. ``stage``, ``drafter``)."""
-    write = scope.write
-    return RunScope(scope.ctx, lambda event: write({**event, **tags}), scope.config)
+def tagged(runtime: MAIRuntime, **tags: int) -> MAIRuntime:
+    """``runtime`` whose streamed events carry ``tags`` (e.g. ``stage``, ``drafter``)."""
+    write = runtime.stream_writer
+    return runtime.override(stream_writer=lambda event: write({**event, **tags}))
 
 
 def tag_metrics(update: Update, **tags: int) -> Update:
@@ -119,8 +120,8 @@ def staged(node: Node, stage: int, chain: bool) -> Node:
         return node
     core = node.core
 
-    async def tagged_core(state: MAIState, scope: RunScope) -> Update:
-        update = await core(state, tagged(scope, stage=stage))
+    async def tagged_core(state: MAIState, runtime: MAIRuntime) -> Update:
+        update = await core(state, tagged(runtime, stage=stage))
         return {**tag_metrics(update, stage=stage), "stage": stage}
 
     return Node(str(node.name), tagged_core)
@@ -169,18 +170,19 @@ async def call(
     request: GenerationRequest,
     node: str,
     role: str,
-    scope: RunScope,
+    runtime: MAIRuntime,
 ) -> tuple[Generation, NodeMetrics]:
     """One model call with its metrics record, both also streamed as custom events.
 
     Under ``stream_mode="custom"`` the graph emits ``{"event": "token", "node", "role",
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
-    **record}`` when the call ends (through ``scope.write``); otherwise the events go nowhere.
+    **record}`` when the call ends (through the runtime's ``stream_writer``); otherwise the
+    events go nowhere.
     The call is also a span (:mod:`~mai_graph.tracing`, when on) and a chat-model run for the
     callbacks of the node's config (:mod:`~mai_graph.llm_runs`, when it has any).
     """
-    write = scope.write
-    run = await llm_runs.start_call(scope.config, backend, request, node, role)
+    write = runtime.stream_writer
+    run = await llm_runs.start_call(node_config(), backend, request, node, role)
     with tracing.call_span(backend, request, node, role) as span:
         try:
             if streams(backend):

@@ -13,7 +13,7 @@ from mai_graph.calls import Question, answer_request
 from mai_graph.lineup import Lineup
 from mai_graph.state import Draft, MAIState
 
-from ._common import Node, RunScope, call
+from ._common import MAIRuntime, Node, call
 
 
 def transferred_drafts(state: MAIState, stage: int = 1) -> list[Draft]:
@@ -28,20 +28,20 @@ def transferred_drafts(state: MAIState, stage: int = 1) -> list[Draft]:
 
 
 async def answer(
-    state: MAIState, scope: RunScope, lineup: Lineup, stage: int = 1
+    state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
     """The stage's large model answers short; its prompt shares the verify call's prefix."""
-    q = Question.from_state(state, scope.ctx)
+    q = Question.from_state(state, runtime.context)
     pieces = transferred_drafts(state, stage)
     if pieces:  # several drafts' reasonings, best first
         request = answer_request(
-            q, scope.ctx, [(d["transfer"], d.get("transfer_token_ids")) for d in pieces], None
+            q, runtime.context, [(d["transfer"], d.get("transfer_token_ids")) for d in pieces], None
         )
     else:
         request = answer_request(
-            q, scope.ctx, state.get("transfer") or "", state.get("transfer_token_ids")
+            q, runtime.context, state.get("transfer") or "", state.get("transfer_token_ids")
         )
-    gen, rec = await call(lineup.chain[stage - 1], request, "answer", "large", scope)
+    gen, rec = await call(lineup.chain[stage - 1], request, "answer", "large", runtime)
     update: dict[str, Any] = {
         "answer": gen.text,
         "canonical": extract_answer(gen.text, q.kind, q.options),
@@ -54,4 +54,4 @@ async def answer(
 
 def make_answer(lineup: Lineup, stage: int = 1) -> Node:
     """The ``answer`` node of ``stage``."""
-    return Node("answer", lambda state, scope: answer(state, scope, lineup, stage))
+    return Node("answer", lambda state, runtime: answer(state, runtime, lineup, stage))

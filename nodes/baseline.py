@@ -9,19 +9,19 @@ from mai_graph.calls import Question, short_request
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call
+from ._common import MAIRuntime, Node, call
 
 
-async def baseline(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str, Any]:
+async def baseline(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict[str, Any]:
     """The policy's model (the smallest for ``small``, the largest for ``large``) answers short.
 
     Its call is recorded as a short answer (``node`` ``verify``), as in MAI runs.
     """
-    ctx = scope.ctx
+    ctx = runtime.context
     q = Question.from_state(state, ctx)
     side = ctx.policy
     backend = lineup.small if side == "small" else lineup.large
-    gen, rec = await call(backend, short_request(q, ctx), "verify", side, scope)
+    gen, rec = await call(backend, short_request(q, ctx), "verify", side, runtime)
     canonical = extract_answer(gen.text, q.kind, q.options)
     return {
         f"{side}_answer": gen.text,
@@ -37,4 +37,4 @@ async def baseline(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str
 
 def make_baseline(lineup: Lineup) -> Node:
     """The ``baseline`` node."""
-    return Node("baseline", lambda state, scope: baseline(state, scope, lineup))
+    return Node("baseline", lambda state, runtime: baseline(state, runtime, lineup))

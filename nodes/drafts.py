@@ -19,19 +19,19 @@ from mai_graph.calls import Question, cot_request, short_request
 from mai_graph.lineup import Drafter, Lineup
 from mai_graph.state import Draft, NodeMetrics
 
-from ._common import RunScope, call, gather_all, tagged
+from ._common import MAIRuntime, call, gather_all, tagged
 
 REASONING_KEYS = ("reasoning", "reasoning_token_ids", "reasoning_tokens", "reasoning_logprobs")
 """What a chain of thought fills, in a draft and in the run's keys."""
 
 
-def reasoners(lineup: Lineup, scope: RunScope, stage: int) -> tuple[list[Drafter], str]:
+def reasoners(lineup: Lineup, runtime: MAIRuntime, stage: int) -> tuple[list[Drafter], str]:
     """Who reasons at ``stage`` under the run's policy, and in which role.
 
     MAI's first stage: every draft (``small``). ``small_cot``: the smallest model; ``large_cot``:
     the largest (``large``). A chain's stage ``s``: its small model (the model before it).
     """
-    ctx = scope.ctx
+    ctx = runtime.context
     if stage > 1:
         return [Drafter(0, lineup.chain[stage - 2], False)], "small"
     if ctx.policy == "large_cot":
@@ -45,16 +45,16 @@ def _as_draft(rec: NodeMetrics, d: Drafter, several: bool) -> NodeMetrics:
     return {**rec, "drafter": d.index} if several else rec
 
 
-def _scope(scope: RunScope, d: Drafter, several: bool) -> RunScope:
-    return tagged(scope, drafter=d.index) if several else scope
+def _runtime_of(runtime: MAIRuntime, d: Drafter, several: bool) -> MAIRuntime:
+    return tagged(runtime, drafter=d.index) if several else runtime
 
 
 async def short_answer(
-    q: Question, scope: RunScope, d: Drafter, several: bool
+    q: Question, runtime: MAIRuntime, d: Drafter, several: bool
 ) -> tuple[Draft, Any, NodeMetrics]:
     """One draft's short answer: the draft, its generation and its call's record."""
-    request = d.shape(short_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(d.backend, request, "verify", "small", _scope(scope, d, several))
+    request = d.shape(short_request(q, runtime.context), runtime.context)
+    gen, rec = await call(d.backend, request, "verify", "small", _runtime_of(runtime, d, several))
     draft = Draft(
         drafter=d.index,
         model=gen.model,
@@ -66,10 +66,10 @@ async def short_answer(
 
 
 async def _chain_of_thought(
-    q: Question, scope: RunScope, d: Drafter, role: str, several: bool
+    q: Question, runtime: MAIRuntime, d: Drafter, role: str, several: bool
 ) -> tuple[dict[str, Any], NodeMetrics]:
-    request = d.shape(cot_request(q, scope.ctx), scope.ctx)
-    gen, rec = await call(d.backend, request, "reason", role, _scope(scope, d, several))
+    request = d.shape(cot_request(q, runtime.context), runtime.context)
+    gen, rec = await call(d.backend, request, "reason", role, _runtime_of(runtime, d, several))
     fields = {
         "reasoning": gen.text,
         "reasoning_token_ids": list(gen.token_ids),
@@ -81,7 +81,7 @@ async def _chain_of_thought(
 
 async def write_reasoning(
     q: Question,
-    scope: RunScope,
+    runtime: MAIRuntime,
     drafters: Sequence[Drafter],
     role: str,
     drafts: Sequence[Draft] = (),
@@ -92,7 +92,7 @@ async def write_reasoning(
     (the run's keys are filled from the best draft after the S2 answers rank them).
     """
     several = len(drafters) > 1
-    results = await gather_all([_chain_of_thought(q, scope, d, role, several) for d in drafters])
+    results = await gather_all([_chain_of_thought(q, runtime, d, role, several) for d in drafters])
     records = [rec for _, rec in results]
     if not several:
         return {**results[0][0], "metrics": records}

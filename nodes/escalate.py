@@ -18,7 +18,7 @@ from mai_graph.calls import Question, short_request
 from mai_graph.lineup import Drafter, Lineup
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope, call
+from ._common import MAIRuntime, Node, call
 from .drafts import write_reasoning
 from .verify import concurrently, decide, settle
 
@@ -45,18 +45,20 @@ def handed_on_probability(state: MAIState) -> float | None:
     return None
 
 
-async def escalate(state: MAIState, scope: RunScope, lineup: Lineup, stage: int) -> dict[str, Any]:
+async def escalate(
+    state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int
+) -> dict[str, Any]:
     """Start ``stage``: the previous stage's answer is this pair's small answer; ask the large."""
-    ctx = scope.ctx
+    ctx = runtime.context
     q = Question.from_state(state, ctx)
     small, large = lineup.pair(stage)
     small_canonical = state.get("canonical") or ""
     small_prob = handed_on_probability(state)
     speculative = None
     if ctx.speculative_cot:
-        speculative = write_reasoning(q, scope, [Drafter(0, small, False)], "small")
+        speculative = write_reasoning(q, runtime, [Drafter(0, small, False)], "small")
     [(gen, rec)], spec = await concurrently(
-        [call(large, short_request(q, ctx), "escalate", "large", scope)], speculative
+        [call(large, short_request(q, ctx), "escalate", "large", runtime)], speculative
     )
     canonical = extract_answer(gen.text, q.kind, q.options)
     prob = rec["answer_prob"]
@@ -76,4 +78,4 @@ async def escalate(state: MAIState, scope: RunScope, lineup: Lineup, stage: int)
 
 def make_escalate(lineup: Lineup, stage: int) -> Node:
     """The ``escalate`` node that starts ``stage`` (2 and up) of a chain."""
-    return Node("escalate", lambda state, scope: escalate(state, scope, lineup, stage))
+    return Node("escalate", lambda state, runtime: escalate(state, runtime, lineup, stage))

@@ -16,17 +16,17 @@ from mai_graph.gate import agreement_exits
 from mai_graph.lineup import Drafter, Lineup, rank_drafts
 from mai_graph.state import Draft, MAIState, NodeMetrics
 
-from ._common import Node, RunScope, call, gather_all, tagged
+from ._common import MAIRuntime, Node, call, gather_all, tagged
 from .drafts import REASONING_KEYS, reasoners
 
 
 async def extract(
-    state: MAIState, scope: RunScope, lineup: Lineup, stage: int = 1
+    state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
     """Append the extraction turn to each draft's CoT conversation (same prefix), read answers."""
-    ctx = scope.ctx
+    ctx = runtime.context
     q = Question.from_state(state, ctx)
-    drafters, role = reasoners(lineup, scope, stage)
+    drafters, role = reasoners(lineup, runtime, stage)
     several = len(drafters) > 1
     drafts: list[Any] = list(state.get("drafts") or []) if several else [state]
 
@@ -35,8 +35,8 @@ async def extract(
             q, ctx, draft.get("reasoning") or "", draft.get("reasoning_token_ids") or None
         )
         if not several:
-            return await call(d.backend, request, "extract", role, scope)
-        gen, rec = await call(d.backend, request, "extract", role, tagged(scope, drafter=d.index))
+            return await call(d.backend, request, "extract", role, runtime)
+        gen, rec = await call(d.backend, request, "extract", role, tagged(runtime, drafter=d.index))
         return gen, {**rec, "drafter": d.index}
 
     results = await gather_all([s2(d, draft) for d, draft in zip(drafters, drafts)])
@@ -71,4 +71,4 @@ async def extract(
 
 def make_extract(lineup: Lineup, stage: int = 1) -> Node:
     """The ``extract`` node of ``stage``."""
-    return Node("extract", lambda state, scope: extract(state, scope, lineup, stage))
+    return Node("extract", lambda state, runtime: extract(state, runtime, lineup, stage))

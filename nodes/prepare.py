@@ -23,7 +23,7 @@ from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState, run_keys
 
-from ._common import Node, RunScope
+from ._common import MAIRuntime, Node, node_config
 
 _RUN_KEYS = run_keys()
 _INPUT_KEYS = ("question", "image", "options")
@@ -31,12 +31,12 @@ _MEDIA_KEYS = ("images", "video")
 
 
 async def read_question(
-    state: MAIState, scope: RunScope, policy: ImagePolicy | None = None
+    state: MAIState, runtime: MAIRuntime, policy: ImagePolicy | None = None
 ) -> Question:
     """Validate the run's inputs once; media are read, decoded and stored off the event loop."""
     if state.get("image") is None and state.get("images") is None and state.get("video") is None:
-        return Question.from_input(state, scope.ctx)
-    return await asyncio.to_thread(Question.from_input, state, scope.ctx, policy)
+        return Question.from_input(state, runtime.context)
+    return await asyncio.to_thread(Question.from_input, state, runtime.context, policy)
 
 
 def consume_inputs(state: MAIState, q: Question) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def consume_inputs(state: MAIState, q: Question) -> dict[str, Any]:
     return update
 
 
-def check_review(scope: RunScope, always: bool = False) -> None:
+def check_review(runtime: MAIRuntime, always: bool = False) -> None:
     """Refuse a run that asks for human review where no checkpointer can hold it paused.
 
     ``review`` pauses the run after verification (LangGraph ``interrupt``); a paused run is
@@ -62,11 +62,11 @@ def check_review(scope: RunScope, always: bool = False) -> None:
     Checked before any model call, in every door (``run()``, the CLI, the endpoint, the chat
     model compile without one; Studio's server has one).
     """
-    if not (always or scope.ctx.review):
+    if not (always or runtime.context.review):
         return
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER  # where Pregel puts the saver
 
-    configurable = (scope.config or {}).get("configurable") or {}
+    configurable = (node_config() or {}).get("configurable") or {}
     if configurable.get(CONFIG_KEY_CHECKPOINTER) is None:
         raise ConfigError(
             "review pauses the run after verification for a human decision, and a paused run "
@@ -125,12 +125,12 @@ def make_prepare(lineup: Lineup, image_policy: ImagePolicy | None, review: bool)
     ``review``: the graph pauses every run for review (see :func:`check_review`).
     """
 
-    async def prepare(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        check_review(scope, review)
-        check_run_budgets(scope.ctx, lineup)
-        q = await read_question(state, scope, image_policy)
+    async def prepare(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
+        check_review(runtime, review)
+        check_run_budgets(runtime.context, lineup)
+        q = await read_question(state, runtime, image_policy)
         if q.videos or len(q.images) > 1:
-            check_backends(q.all_images, q.videos, called_backends(lineup, scope.ctx))
+            check_backends(q.all_images, q.videos, called_backends(lineup, runtime.context))
         return consume_inputs(state, q)
 
     return Node("prepare", prepare)

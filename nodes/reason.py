@@ -13,20 +13,20 @@ from mai_graph.calls import Question
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope
+from ._common import MAIRuntime, Node
 from .drafts import reasoners, write_reasoning
 
 
 async def reason(
-    state: MAIState, scope: RunScope, lineup: Lineup, stage: int = 1
+    state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
     """Generate the chain of thought under the context's token budget (k drafts at once)."""
-    drafters, role = reasoners(lineup, scope, stage)
+    drafters, role = reasoners(lineup, runtime, stage)
     drafts = (state.get("drafts") or []) if stage == 1 else []
-    q = Question.from_state(state, scope.ctx)
-    return await write_reasoning(q, scope, drafters, role, drafts)
+    q = Question.from_state(state, runtime.context)
+    return await write_reasoning(q, runtime, drafters, role, drafts)
 
 
 def make_reason(lineup: Lineup, stage: int = 1) -> Node:
     """The ``reason`` node of ``stage``."""
-    return Node("reason", lambda state, scope: reason(state, scope, lineup, stage))
+    return Node("reason", lambda state, runtime: reason(state, runtime, lineup, stage))

@@ -10,7 +10,7 @@ from mai_graph.answers import extract_answer
 from mai_graph.calls import Question
 from mai_graph.state import MAIState
 
-from ._common import Node, RunScope
+from ._common import MAIRuntime, Node
 
 ALLOWED = ("continue", "answer")
 """What a reviewer may do: ``continue`` (go on as routed) or ``answer`` (end with a text)."""
@@ -30,7 +30,7 @@ def _decision(value: Any) -> tuple[str, str | None] | None:
     return None
 
 
-async def review(state: MAIState, scope: RunScope) -> dict[str, Any]:
+async def review(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
     """Pause the run with the verification result; resume with a decision.
 
     The interrupt's payload shows ``question``, both short answers, whether they ``agree``,
@@ -56,7 +56,7 @@ async def review(state: MAIState, scope: RunScope) -> dict[str, Any]:
     if decision[0] == "continue":
         return {}
     text = decision[1] or ""
-    q = Question.from_state(state, scope.ctx)
+    q = Question.from_state(state, runtime.context)
     return {"answer": text, "canonical": extract_answer(text, q.kind, q.options), "route": "human"}
 
 

@@ -15,7 +15,7 @@ from mai_graph.scoring import ReasoningInput, TokenScorer, select_tokens, split_
 from mai_graph.scoring.mask import answer_statement
 from mai_graph.state import Draft, MAIState, Sparsification
 
-from ._common import Node, RunScope
+from ._common import MAIRuntime, Node
 from .drafts import REASONING_KEYS
 
 
@@ -197,8 +197,8 @@ def make_sparsify(lineup: Lineup, scorers: Mapping[str, TokenScorer], stage: int
             shared.append(all([await same_tokenizer(s, large) for s, large in pairs]))
         return shared[0]
 
-    async def core(state: MAIState, scope: RunScope) -> dict[str, Any]:
-        ctx = scope.ctx
+    async def core(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
+        ctx = runtime.context
         chosen = transferred(state, ctx, stage)
         if chosen:
             return await sparsify_drafts(state, ctx, chosen, scorers, await share_ids())

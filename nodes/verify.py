@@ -18,7 +18,7 @@ from mai_graph.gate import after_disagreement, pooled_probability, quorum_exits
 from mai_graph.lineup import Lineup
 from mai_graph.state import Draft, MAIState, Route
 
-from ._common import Node, RunScope, call, cancel_quietly
+from ._common import MAIRuntime, Node, call, cancel_quietly
 from .drafts import short_answer, write_reasoning
 
 
@@ -100,19 +100,19 @@ async def concurrently(
     return [t.result() for t in tasks], spec
 
 
-async def verify(state: MAIState, scope: RunScope, lineup: Lineup) -> dict[str, Any]:
+async def verify(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict[str, Any]:
     """The drafts' short answers and the large model's, at once; the gate decides.
 
     The first draft's answer fills ``small_answer`` (and its ``_canonical`` / ``_prob`` /
     ``_distribution``); with several drafts, each is kept in ``drafts``.
     """
-    ctx = scope.ctx
+    ctx = runtime.context
     q = Question.from_state(state, ctx)
     drafters = lineup.drafts(ctx)
     several = len(drafters) > 1
-    shorts = [short_answer(q, scope, d, several) for d in drafters]
-    large_call = call(lineup.chain[0], short_request(q, ctx), "verify", "large", scope)
-    speculative = write_reasoning(q, scope, drafters, "small") if ctx.speculative_cot else None
+    shorts = [short_answer(q, runtime, d, several) for d in drafters]
+    large_call = call(lineup.chain[0], short_request(q, ctx), "verify", "large", runtime)
+    speculative = write_reasoning(q, runtime, drafters, "small") if ctx.speculative_cot else None
     results, spec = await concurrently([*shorts, large_call], speculative)
     *answers, (gl, rl) = results
     drafts: list[Draft] = [draft for draft, _, _ in answers]
@@ -152,4 +152,4 @@ def _into_drafts(
 
 def make_verify(lineup: Lineup) -> Node:
     """The ``verify`` node: stage 1's drafts and large model (``drafts`` > 1 or drafters: k)."""
-    return Node("verify", lambda state, scope: verify(state, scope, lineup))
+    return Node("verify", lambda state, runtime: verify(state, runtime, lineup))

@@ -47,7 +47,7 @@ from mai_graph.graph import create_mai_graph
 from mai_graph.inputs.images import ImageRef
 from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.loop import shared_loop
-from mai_graph.nodes._common import Node, RunScope
+from mai_graph.nodes._common import MAIRuntime, Node, node_config
 from mai_graph.result import reasoning_tokens, totals
 from mai_graph.run_stream import run_events
 from mai_graph.state import InputState
@@ -210,10 +210,9 @@ def create_mai_chat_graph(
     mai = create_mai_graph(small, large, image_policy=policy, **graph_kwargs)
     chat = MAIChatModel(small=small, large=large, name=name, graph=mai, image_policy=policy)
 
-    async def answer_messages(state: Any, scope: RunScope) -> dict[str, Any]:
-        reply = await chat.ainvoke(
-            state["messages"], scope.config, context=scope.ctx.model_dump(exclude_defaults=True)
-        )
+    async def answer_messages(state: Any, runtime: MAIRuntime) -> dict[str, Any]:
+        settings = runtime.context.model_dump(exclude_defaults=True)
+        reply = await chat.ainvoke(state["messages"], node_config(), context=settings)
         return {"messages": [reply]}
 
     builder = StateGraph(MessagesState, context_schema=MAIContext)
