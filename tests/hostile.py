@@ -7,7 +7,7 @@
 - :data:`CHAT`: messages and options given to ``MAIChatModel``;
 - :data:`CLI`: command lines, each an exit status 2 with the problem named and no traceback.
 
-Every case says what must happen; tests/test_hostile_doors.py runs them, and after each the
+Every case says what must happen; tests/adapters/test_hostile_doors.py runs them, and after each the
 door must still answer a good question.
 """
 

@@ -7,7 +7,7 @@
 with ``ainvoke(None, ...)`` on an ``AsyncPostgresSaver`` and prints the result as JSON. Every
 model call is appended to ``LOG`` as ``<pid> <model> <purpose> <image sha256>`` as it starts,
 so the test counts what each process computed. Used by
-``tests/test_persistence.py::test_a_run_killed_mid_transfer_resumes_from_postgres_in_a_new_process``.
+``tests/core/test_persistence.py::test_a_run_killed_mid_transfer_resumes_from_postgres_in_a_new_process``.
 """
 
 from __future__ import annotations

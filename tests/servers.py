@@ -1,4 +1,5 @@
-"""Start a real server process for a test and stop it afterwards."""
+"""Start a real server process for a test and stop it afterwards, or serve an ASGI app in this
+process without a socket (:func:`in_process`)."""
 
 import contextlib
 import os
@@ -8,8 +9,11 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 
 
@@ -155,3 +159,67 @@ def serving_app(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+# -- an ASGI app in this process, no socket ------------------------------------------------------
+
+
+# httpx2: the HTTP client of Starlette's TestClient and of the openai client.
+
+
+class _Forward(httpx2.BaseTransport):
+    """Requests of a fresh client into the app's shared TestClient: the openai client closes
+    the HTTP client it is given, which must not stop the app."""
+
+    def __init__(self, client: httpx2.Client) -> None:
+        self._client = client
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        return self._client.send(request, stream=True)
+
+
+@dataclass
+class InProcess:
+    """An ASGI app served in this process (:func:`in_process`); ``client`` is its TestClient."""
+
+    app: Any
+    client: httpx2.Client
+    url: str = "http://testserver"
+
+    def http(self, **kwargs: Any) -> httpx2.Client:
+        """A fresh synchronous client into the app; closing it leaves the app running."""
+        return httpx2.Client(transport=_Forward(self.client), base_url=self.url, **kwargs)
+
+    def async_http(self, **kwargs: Any) -> httpx2.AsyncClient:
+        """An asynchronous client into the app, run on the caller's loop (ASGITransport)."""
+        return httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(self.app), base_url=self.url, **kwargs
+        )
+
+    def openai(self, key: str = "x", **kwargs: Any) -> Any:
+        """The official ``openai`` client on the app (no retries)."""
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
+                             http_client=self.http(), **kwargs)  # fmt: skip
+
+    def async_openai(self, key: str = "x", **kwargs: Any) -> Any:
+        """The official ``openai`` async client on the app (no retries)."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
+                                  http_client=self.async_http(), **kwargs)  # fmt: skip
+
+
+@contextlib.contextmanager
+def in_process(app: Any) -> Iterator[InProcess]:
+    """Serve an ASGI ``app`` in this process, without a socket: Starlette's TestClient runs its
+    lifespan and every synchronous request on one event loop, as uvicorn would.
+
+    For what needs a real server (a client that disconnects, a trickled body, a stop signal,
+    a client that only takes a URL), use :func:`serving_app`.
+    """
+    from starlette.testclient import TestClient
+
+    with TestClient(app) as client:
+        yield InProcess(app, client)

@@ -5,6 +5,17 @@ from pathlib import Path
 import pytest
 
 ENGINES = ("vllm", "transformers")
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """The engine tier's coroutine tests share one session event loop (the unit tier gets one
+    loop per test): the engines above are started once and shared by the tests here."""
+    session_loop = pytest.mark.asyncio(loop_scope="session")
+    for item in items:
+        marker = item.get_closest_marker("asyncio")
+        if item.path.is_relative_to(HERE) and marker and "loop_scope" not in marker.kwargs:
+            item.add_marker(session_loop, append=False)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ asking the core whether it holds work), the client's background resources (the Z
 the core processes), the platform, the generation config and the processor's media token
 counter. vLLM moves such names between minor releases, so they live here, each behind one small
 function, and :func:`missing_names` lists what an installed vLLM lacks; the test suite fails
-naming it (``tests/test_vllm_compat.py``), and :func:`check_version` warns when the installed
-vLLM is outside the range tested with (:data:`TESTED_VLLM`).
+naming it (``tests/backends/test_vllm_compat.py``), and :func:`check_version` warns when the
+installed vLLM is outside the range tested with (:data:`TESTED_VLLM`).
 
 Nothing here imports vLLM at module import.
 """
@@ -76,8 +76,8 @@ def check_version(version: str | None = None) -> str | None:
         return None
     return (
         f"vLLM {version} is installed; mai-graph is tested with vLLM >= {low}, < {high}. "
-        "Run `python -m pytest tests/test_vllm_compat.py` to see whether the engine internals "
-        "it uses are still there"
+        "Run `python -m pytest tests/backends/test_vllm_compat.py` to see whether the engine "
+        "internals it uses are still there"
     )
 
 

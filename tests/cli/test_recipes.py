@@ -13,7 +13,7 @@ import pytest
 
 from mai_graph.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "qwen3_vl"
 DOCS = [ROOT / "README.md", ROOT / "docs" / "engines.md", ROOT / "docs" / "deployment.md"]
 LINEUPS = sorted((ROOT / "examples" / "lineups").glob("*.toml"))
@@ -40,6 +40,10 @@ def hub(tmp_path, monkeypatch):
         snapshot.mkdir(parents=True)
         for file in (DATA / size).glob("*.json"):
             (snapshot / file.name).write_text(file.read_text())
+    # huggingface_hub reads its default cache folder when imported: import it before the
+    # environment points at this test's folder, or later tests would read this one
+    import huggingface_hub.constants  # noqa: F401
+
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.chdir(ROOT)
     return tmp_path

@@ -139,6 +139,7 @@ def _request():
     )
 
 
+@pytest.mark.server
 async def test_server_dropping_the_stream_is_a_transient_error_naming_the_model():
     pytest.importorskip("openai")
     async with Stub("drop") as stub:
@@ -148,6 +149,7 @@ async def test_server_dropping_the_stream_is_a_transient_error_naming_the_model(
     assert err.value.transient and time.monotonic() - start < 10
 
 
+@pytest.mark.server
 async def test_server_slower_than_the_timeout_fails_within_the_timeout():
     pytest.importorskip("openai")
     async with Stub("silent") as stub:
@@ -158,6 +160,7 @@ async def test_server_slower_than_the_timeout_fails_within_the_timeout():
     assert time.monotonic() - start < 3
 
 
+@pytest.mark.server  # a server that is down: a closed loopback port
 async def test_graph_over_a_down_server_fails_fast_after_its_retries():
     pytest.importorskip("openai")
     from mai_graph.backends.openai import OpenAIBackend

@@ -21,7 +21,7 @@ from mai_graph import ScriptedBackend, create_mai_graph
 from mai_graph.inputs.sources import image_ref
 
 OPTIONS = ["red", "blue", "green", "yellow"]
-CHILD = Path(__file__).with_name("resume_child.py")
+CHILD = Path(__file__).parents[1] / "resume_child.py"
 
 
 def backends():

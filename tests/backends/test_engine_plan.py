@@ -14,7 +14,7 @@ import pytest
 from mai_graph import ConfigError, LineupSpec, ModelSpec, PlanError
 from mai_graph.engines import Device, Workload, parse_size, plan_for_start, plan_memory, read_shape
 
-DATA = Path(__file__).parent / "data" / "qwen3_vl"
+DATA = Path(__file__).parents[1] / "data" / "qwen3_vl"
 SIZES = ("2B", "4B", "8B", "32B")
 CARDS = ("16GB", "24GB", "40GB", "80GB", "141GB")
 PAIRS = (("2B", "8B"), ("4B", "8B"), ("2B", "4B"), ("8B", "32B"), ("2B", "32B"))
@@ -39,7 +39,7 @@ def vllm_config():
     from vllm.config import ModelConfig, ParallelConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-    tokenizer = str(Path(__file__).parents[1] / "mai_graph" / "pair" / "models" / "small")
+    tokenizer = str(Path(__file__).parents[2] / "mai_graph" / "pair" / "models" / "small")
 
     def kv_per_token(size, tp=1, kv_dtype=None):
         import torch

@@ -17,7 +17,7 @@ import pytest
 
 from mai_graph.cli import EXIT_OK, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 NOT_HERE: list[tuple[str, str]] = [
@@ -25,7 +25,7 @@ NOT_HERE: list[tuple[str, str]] = [
      "starts engines or needs model servers"),
     (r"^mai-graph (?:demo|doctor|serve|train-pair)\b", "starts engines (the tests run them)"),
     (r"^(?:CUDA_VISIBLE_DEVICES=\S+ )?vllm(?:-router)? ", "a GPU machine's server"),
-    (r"^(?:\S+=\S*\s+)*langgraph dev\b", "a LangGraph server (tests/test_studio*.py run it)"),
+    (r"^(?:\S+=\S*\s+)*langgraph dev\b", "a LangGraph server (tests/adapters/test_studio*.py)"),
     (r"^curl |^\"assistant_id\"|^\"context\"", "talks to a running server"),
     (r"^pip install |scripts/install-cpu\.sh", "installs packages"),
     (r"^export |^[A-Z_]+=\S*$", "sets the environment"),
@@ -69,8 +69,8 @@ def test_every_command_is_run_or_named_by_a_rule():
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    """A Hugging Face cache holding the real Qwen3-VL configs (as tests/test_recipes.py)."""
-    from tests.test_recipes import DATA
+    """A Hugging Face cache holding the real Qwen3-VL configs (as tests/cli/test_recipes.py)."""
+    from tests.cli.test_recipes import DATA
 
     rev = "0" * 40
     for size in ("2B", "4B", "8B", "32B"):
@@ -80,6 +80,10 @@ def hub(tmp_path, monkeypatch):
         (snapshot.parents[1] / "refs" / "main").write_text(rev)
         for file in (DATA / size).glob("*.json"):
             (snapshot / file.name).write_text(file.read_text())
+    # huggingface_hub reads its default cache folder when imported: import it before the
+    # environment points at this test's folder, or later tests would read this one
+    import huggingface_hub.constants  # noqa: F401
+
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 

@@ -125,7 +125,7 @@ def test_docs_mention_every_eval_and_calibrate_flag():
 
     from mai_graph.cli import build_parser
 
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for command in ("eval", "calibrate", "synth-data"):
         assert f"mai-graph {command}" in docs

@@ -1,7 +1,7 @@
 """Hostile input at every public door: the Python API, the CLI, the endpoint, the chat model.
 
 The tables are tests/bad_inputs.py (questions, images, options: run here through the chat
-model, the endpoint and the CLI; tests/test_reliability.py runs them through ``arun`` and
+model, the endpoint and the CLI; tests/core/test_reliability.py runs them through ``arun`` and
 tests/engines/ on the tiny vLLM pair) and tests/hostile.py (settings, the endpoint's wire, the
 chat model's messages, command lines). Each case must give a typed error naming the problem
 (an HTTP 4xx naming the field, an exit status 2), never a traceback, a 500 or an empty
@@ -24,10 +24,9 @@ from mai_graph.backends.recording import RecordingBackend
 from mai_graph.cli import EXIT_OK, EXIT_USAGE, main
 from mai_graph.errors import MAIError
 from tests import bad_inputs, hostile
-from tests.servers import serving_app
+from tests.servers import InProcess, in_process, serving_app
 
 httpx = pytest.importorskip("httpx")
-pytest.importorskip("uvicorn", reason="installed with the serve extra")
 
 KEY = "sk-hostile-doors"
 GOOD = "Which colour is the large shape in the image?"
@@ -51,26 +50,28 @@ def good_image(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def endpoint():
-    """(URL, small, large) of one app with every setting open, shared by the module."""
+    """(the app in process, small, large): one app with every setting open, shared by the
+    module."""
     from mai_graph.adapters.endpoint.app import create_app
 
     small, large = agreeing()
     app = create_app(small, large, api_keys=[KEY], allowed_settings="all")
-    with serving_app(app) as url:
-        yield url, small, large
+    with in_process(app) as served:
+        yield served, small, large
 
 
-def post(url: str, body, headers=None, key: str | None = KEY) -> httpx.Response:
+def post(served: InProcess, body, headers=None, key: str | None = KEY) -> httpx.Response:
     head = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"} if key else {
         "Content-Type": "application/json"}  # fmt: skip
     head.update(headers or {})
     if not isinstance(body, bytes):  # escaped as JSON allows: lone surrogates travel too
         body = json.dumps(body).encode()
-    return httpx.post(f"{url}/v1/chat/completions", content=body, headers=head, timeout=60)
+    return served.client.post("/v1/chat/completions", content=body, headers=head)
 
 
 def post_declared(url: str, body: bytes, declared: int) -> httpx.Response:
-    """``body`` sent with a ``Content-Length`` of ``declared``, over a bare socket."""
+    """``body`` sent with a ``Content-Length`` of ``declared``, over a bare socket to a real
+    server at ``url``."""
     import socket
     from urllib.parse import urlsplit
 
@@ -100,8 +101,8 @@ def good_request(image: Path) -> dict:
             "mai": {"options": bad_inputs.OPTIONS}}  # fmt: skip
 
 
-def still_answers(url: str, image: Path) -> None:
-    resp = post(url, good_request(image))
+def still_answers(served: InProcess, image: Path) -> None:
+    resp = post(served, good_request(image))
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "A"
 
@@ -135,7 +136,7 @@ def _inline(case: bad_inputs.Case, folder: Path, image: Path) -> dict | None:
 
 @pytest.mark.parametrize("case", bad_inputs.CASES, ids=[c.id for c in bad_inputs.CASES])
 def test_input_table_through_the_endpoint(case, endpoint, good_image, tmp_path):
-    url, small, large = endpoint
+    served, small, large = endpoint
     args = _inline(case, tmp_path / "case", good_image)
     if args is None:
         pytest.skip("a path or a Python object: not something a remote client can send")
@@ -144,13 +145,13 @@ def test_input_table_through_the_endpoint(case, endpoint, good_image, tmp_path):
     body = {"model": "mai", "messages": [{"role": "user", "content": content}],
             "mai": {"options": args["options"]}}  # fmt: skip
     before = len(small.requests)
-    resp = post(url, body)
+    resp = post(served, body)
     if case.error is not None and "fake" in case.on:
         refused(resp, 400, case.match)
         assert len(small.requests) == before, "a bad input reached a model"
     else:
         assert resp.status_code == 200, resp.text
-    still_answers(url, good_image)
+    still_answers(served, good_image)
 
 
 @pytest.mark.parametrize("case", bad_inputs.CASES, ids=[c.id for c in bad_inputs.CASES])
@@ -237,30 +238,37 @@ def test_bad_settings_through_the_cli(case, good_image, capsys):
 
 @pytest.mark.parametrize("case", hostile.SETTINGS, ids=[c.id for c in hostile.SETTINGS])
 def test_bad_settings_through_the_endpoint(case, endpoint, good_image):
-    url, small, _ = endpoint
+    served, small, _ = endpoint
     body = good_request(good_image)
     body["mai"][case.field] = case.value
     before = len(small.requests)
-    refused(post(url, body), 400, case.match, f"mai.{case.field}")
+    refused(post(served, body), 400, case.match, f"mai.{case.field}")
     assert len(small.requests) == before
-    still_answers(url, good_image)
+    still_answers(served, good_image)
 
 
 # -- the endpoint's wire, the chat model's messages, the command line ----------------------
 
 
-@pytest.mark.parametrize("case", hostile.WIRE, ids=[c.id for c in hostile.WIRE])
+# A length declared apart from the body travels over a bare socket: that case serves the same
+# app under uvicorn too (a real server, loopback).
+WIRE = [pytest.param(c, marks=pytest.mark.server) if c.declared is not None else c
+        for c in hostile.WIRE]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", WIRE, ids=[c.id for c in hostile.WIRE])
 def test_hostile_requests_to_the_endpoint(case, endpoint, good_image):
-    url, small, _ = endpoint
+    served, small, _ = endpoint
     before = len(small.requests)
     key = KEY if case.authorized else None
     if case.declared is not None:
-        resp = post_declared(url, case.body, case.declared)
+        with serving_app(served.app) as url:
+            resp = post_declared(url, case.body, case.declared)
     else:
-        resp = post(url, case.body, case.headers, key=key)
+        resp = post(served, case.body, case.headers, key=key)
     refused(resp, case.status, case.match, case.param)
     assert len(small.requests) == before, "a refused request reached a model"
-    still_answers(url, good_image)
+    still_answers(served, good_image)
 
 
 @pytest.mark.parametrize("case", hostile.CHAT, ids=[c.id for c in hostile.CHAT])

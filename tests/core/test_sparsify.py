@@ -1,4 +1,6 @@
-"""Selection and the model-free scorers (the attention scorer is tested on a real model)."""
+"""The sparsify node (`nodes/sparsify.py`) and `mai_graph/scoring/`: selection and the model-free
+scorers (the attention scorer runs on a real model in `tests/engines/test_sparsify_on_engines.py`).
+"""
 
 import asyncio
 import math

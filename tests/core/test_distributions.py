@@ -205,7 +205,7 @@ def test_calibrate_replays_the_distribution_rules_and_compares_them():
     from mai_graph.eval import SimConfig, run_eval, simulated_pair
     from mai_graph.eval.calibrate import calibrate
     from mai_graph.eval.records import read_records
-    from tests.test_eval_calibrate import _samples
+    from tests.tools.test_eval_calibrate import _samples
 
     with tempfile.TemporaryDirectory() as tmp:
         samples = [s for s in _samples(400) if s.kind == "choice"]

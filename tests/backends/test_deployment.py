@@ -153,6 +153,7 @@ def test_env_configures_each_model_its_key_timeout_and_retries():
 # -- mixed runs against a remote server --------------------------------------------------------
 
 
+@pytest.mark.server
 def test_small_in_process_large_remote_with_its_key_and_one_affinity_key_per_run(stub, png):
     small = ScriptedBackend({"short": "A", "cot": "so it is A", "s2": "A"}, name="small")
     _, large = backends_for(
@@ -171,6 +172,7 @@ def test_small_in_process_large_remote_with_its_key_and_one_affinity_key_per_run
     assert stub.seen[-1][0]["x-session-id"] not in keys  # another question, another key
 
 
+@pytest.mark.server
 def test_cli_mixes_per_model_flags_and_reads_keys_from_env(stub, monkeypatch, capsys):
     monkeypatch.setenv("MAI_GRAPH_LARGE_API_KEY", SECRET)
     argv = ["run", "Is it red?", "--large-url", stub.url, "--large", "served-large", "--json",
@@ -187,6 +189,7 @@ def test_cli_mixes_per_model_flags_and_reads_keys_from_env(stub, monkeypatch, ca
     assert "the small model's backend vllm needs a model (--small)" in capsys.readouterr().err
 
 
+@pytest.mark.server
 def test_cli_runs_drafters_and_a_chain_of_remote_models(stub, capsys):
     stub.answers = {"s1": "no", "s2": "no", "l1": "yes", "l2": "yes"}
     argv = ["run", "Is it red?", "--backend", "openai", "--small-url", stub.url, "--large-url",
@@ -249,6 +252,7 @@ def request(purpose="short"):
     )
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("status", [503, 429, 500])
 def test_transient_statuses_are_retried_within_the_bound(stub, status):
     async def go():
@@ -264,6 +268,7 @@ def test_transient_statuses_are_retried_within_the_bound(stub, status):
     asyncio.run(go())
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 def test_client_errors_are_not_retried_and_never_show_the_key(stub, status):
     backend = backend_for("openai", "served", url=stub.url, api_key=SECRET, retries=2)
@@ -301,6 +306,7 @@ def test_openai_backend_sends_the_key_as_the_routers_session_header():
     assert "extra_headers" not in quiet.body(request())
 
 
+@pytest.mark.server  # a server that is down: a closed loopback port
 def test_cli_refuses_a_bad_timeout_and_an_unreachable_server_is_a_backend_failure(capsys):
     from tests.servers import free_port
 

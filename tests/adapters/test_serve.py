@@ -1,7 +1,10 @@
-"""The OpenAI-compatible endpoint (`mai-graph serve`) on loopback, driven by real OpenAI clients.
+"""The OpenAI-compatible endpoint (`mai-graph serve`), driven by real OpenAI clients.
 
-The app runs under uvicorn on a free loopback port; the `openai` client and LangChain's
-`ChatOpenAI` talk to it over HTTP. Fake backends answer, so routes and token counts are exact.
+The app runs in process (Starlette's TestClient, no socket); the `openai` client and
+LangChain's `ChatOpenAI` talk to it through their HTTP clients. What needs a real server runs
+it under uvicorn on a free loopback port (marked `server`): a client that disconnects or times
+out, a trickled body, a stop signal, the `mai-graph serve` command. Fake backends answer, so
+routes and token counts are exact.
 """
 
 import asyncio
@@ -19,7 +22,7 @@ from mai_graph import BackendError, FunctionBackend, ImagePolicy, ScriptedBacken
 from mai_graph.adapters.endpoint.app import create_app
 from mai_graph.adapters.endpoint.server import api_keys_from
 from mai_graph.backends.recording import RecordingBackend
-from tests.servers import serving_app as running
+from tests.servers import InProcess, in_process, serving_app
 
 openai = pytest.importorskip("openai", reason="installed with the openai extra")
 pytest.importorskip("uvicorn", reason="installed with the serve extra")
@@ -32,6 +35,18 @@ def data_url(colour=(200, 30, 30), size=(48, 40)) -> str:
     buf = io.BytesIO()
     Image.new("RGB", size, colour).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def running(app):
+    """The app served in process (no socket)."""
+    return in_process(app)
+
+
+def client(served: InProcess | str, key=KEY, **kwargs):
+    """The openai client on an in-process app, or on a real server's URL."""
+    if isinstance(served, str):
+        return openai.OpenAI(base_url=f"{served}/v1", api_key=key, max_retries=0, **kwargs)
+    return served.openai(key, **kwargs)
 
 
 def transfer_pair(**kwargs):
@@ -47,14 +62,10 @@ def transfer_pair(**kwargs):
 
 @pytest.fixture
 def served():
-    """(base URL, small, large) of an app with one API key, on the transfer route."""
+    """(the app in process, small, large) of an app with one API key, on the transfer route."""
     small, large = transfer_pair()
-    with running(create_app(small, large, api_keys=[KEY])) as url:
-        yield url, small, large
-
-
-def client(url, key=KEY, **kwargs):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, **kwargs)
+    with running(create_app(small, large, api_keys=[KEY])) as app:
+        yield app, small, large
 
 
 def question(text="Which colour is the square?", image=None):
@@ -73,8 +84,8 @@ def question(text="Which colour is the square?", image=None):
 
 
 def test_completion_answers_with_usage_and_the_mai_field(served):
-    url, small, large = served
-    with client(url) as c:
+    endpoint, small, large = served
+    with client(endpoint) as c:
         out = c.chat.completions.create(
             model="mai", messages=question(), extra_body={"mai": {"options": OPTIONS}}
         )
@@ -101,8 +112,8 @@ def test_completion_answers_with_usage_and_the_mai_field(served):
 
 
 def test_stream_sends_the_answer_as_deltas_then_mai_and_usage(served):
-    url, *_ = served
-    with client(url) as c:
+    endpoint, *_ = served
+    with client(endpoint) as c:
         stream = c.chat.completions.create(
             model="mai",
             messages=question(),
@@ -127,7 +138,7 @@ def test_stream_carries_the_answer_nodes_tokens_live():
     small, _ = transfer_pair()
     large = ScriptedBackend({"short": "no", "answer": "yes it is red"}, name="large")
     small.script.update({"short": "yes", "s2": "yes"})
-    with running(create_app(small, large)) as url, client(url, key="unused") as c:
+    with running(create_app(small, large)) as endpoint, client(endpoint, key="unused") as c:
         chunks = list(c.chat.completions.create(model="mai", messages=question(), stream=True))
     pieces = [
         ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content
@@ -136,15 +147,15 @@ def test_stream_carries_the_answer_nodes_tokens_live():
 
 
 def test_models_lists_the_served_name(served):
-    url, *_ = served
-    with client(url) as c:
+    endpoint, *_ = served
+    with client(endpoint) as c:
         assert [m.id for m in c.models.list()] == ["mai"]
 
 
 def test_plain_string_content_and_early_exit():
     small = ScriptedBackend({"short": "yes"}, name="small")
     large = ScriptedBackend({"short": "Yes."}, name="large")
-    with running(create_app(small, large, model_name="mai-vl")) as url, client(url) as c:
+    with running(create_app(small, large, model_name="mai-vl")) as endpoint, client(endpoint) as c:
         out = c.chat.completions.create(
             model="mai-vl", messages=[{"role": "user", "content": "Is the sky blue?"}]
         )
@@ -156,7 +167,7 @@ def test_plain_string_content_and_early_exit():
 def test_drafters_and_a_chain_serve_like_a_pair():
     drafters = [ScriptedBackend({"short": "no"}, name=f"d{i}") for i in range(2)]
     chain = [ScriptedBackend({"short": "no"}, name="m1"), ScriptedBackend("yes", name="m2")]
-    with running(create_app(drafters, chain)) as url, client(url) as c:
+    with running(create_app(drafters, chain)) as endpoint, client(endpoint) as c:
         out = c.chat.completions.create(
             model="mai", messages=[{"role": "user", "content": "Is the sky green?"}]
         )
@@ -167,7 +178,7 @@ def test_drafters_and_a_chain_serve_like_a_pair():
 def test_temperature_seed_and_max_tokens_set_the_run():
     small = ScriptedBackend({"short": "yes"}, name="small")
     large = ScriptedBackend({"short": "yes"}, name="large")
-    with running(create_app(small, large)) as url, client(url) as c:
+    with running(create_app(small, large)) as endpoint, client(endpoint) as c:
         c.chat.completions.create(
             model="mai", messages=question(), temperature=0.5, seed=7, max_tokens=3,
         )  # fmt: skip
@@ -182,10 +193,11 @@ def test_langchain_chat_openai_invokes_and_streams(served):
     chat_openai = pytest.importorskip("langchain_openai", reason="in the test extra").ChatOpenAI
     from langchain_core.messages import HumanMessage
 
-    url, *_ = served
+    endpoint, *_ = served
     model = chat_openai(
-        model="mai", base_url=f"{url}/v1", api_key=KEY, max_retries=0, stream_usage=True,
-        extra_body={"mai": {"options": OPTIONS}},
+        model="mai", base_url=f"{endpoint.url}/v1", api_key=KEY, max_retries=0, stream_usage=True,
+        extra_body={"mai": {"options": OPTIONS}}, http_client=endpoint.http(),
+        http_async_client=endpoint.async_http(),
     )  # fmt: skip
     message = HumanMessage(
         content=[
@@ -214,16 +226,16 @@ def test_langchain_chat_openai_invokes_and_streams(served):
 
 
 def test_api_key_is_required_and_checked(served):
-    url, *_ = served
-    with client(url, key="wrong") as c, pytest.raises(openai.AuthenticationError) as err:
+    endpoint, *_ = served
+    with client(endpoint, key="wrong") as c, pytest.raises(openai.AuthenticationError) as err:
         c.chat.completions.create(model="mai", messages=question())
     assert err.value.status_code == 401 and "API key" in err.value.message
-    with client(url, key="wrong") as c, pytest.raises(openai.AuthenticationError):
+    with client(endpoint, key="wrong") as c, pytest.raises(openai.AuthenticationError):
         c.models.list()
-    plain = httpx.post(f"{url}/v1/chat/completions", json={"model": "mai", "messages": []})
+    plain = endpoint.client.post("/v1/chat/completions", json={"model": "mai", "messages": []})
     assert plain.status_code == 401 and plain.headers["www-authenticate"] == "Bearer"
     assert KEY not in plain.text
-    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    assert endpoint.client.get("/health").json() == {"status": "ok"}
 
 
 @pytest.mark.parametrize(
@@ -249,8 +261,8 @@ def test_api_key_is_required_and_checked(served):
     ],
 )
 def test_bad_settings_are_refused_with_400_naming_the_field(served, extra, param, message):
-    url, small, _ = served
-    with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+    endpoint, small, _ = served
+    with client(endpoint) as c, pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model="mai", messages=question(), extra_body=extra)
     assert err.value.status_code == 400
     assert message in err.value.message
@@ -259,15 +271,15 @@ def test_bad_settings_are_refused_with_400_naming_the_field(served, extra, param
 
 
 def test_wrong_model_is_404(served):
-    url, *_ = served
-    with client(url) as c, pytest.raises(openai.NotFoundError, match="serves 'mai'"):
+    endpoint, *_ = served
+    with client(endpoint) as c, pytest.raises(openai.NotFoundError, match="serves 'mai'"):
         c.chat.completions.create(model="gpt-4o", messages=question())
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_image_policy_refuses_server_paths_and_urls_before_any_stream(served, png, stream):
-    url, small, _ = served
-    with client(url) as c:
+    endpoint, small, _ = served
+    with client(endpoint) as c:
         for source in (str(png), f"file://{png}", "http://127.0.0.1:1/cat.png", "/etc/passwd"):
             with pytest.raises(openai.BadRequestError) as err:
                 c.chat.completions.create(
@@ -281,7 +293,7 @@ def test_image_policy_refuses_server_paths_and_urls_before_any_stream(served, pn
 def test_files_under_allowed_roots_are_read(png):
     small, large = transfer_pair()
     policy = ImagePolicy.untrusted(roots=[png.parent])
-    with running(create_app(small, large, image_policy=policy)) as url, client(url) as c:
+    with running(create_app(small, large, image_policy=policy)) as endpoint, client(endpoint) as c:
         c.chat.completions.create(model="mai", messages=question(image=str(png)))
     assert small.calls("short")[0].image["path"] == str(png)
 
@@ -289,7 +301,7 @@ def test_files_under_allowed_roots_are_read(png):
 def test_settings_clients_may_not_change_are_refused():
     small, large = transfer_pair()
     app = create_app(small, large, allowed_settings=["keep_ratio"], context={"cot_max_tokens": 64})
-    with running(app) as url, client(url) as c:
+    with running(app) as endpoint, client(endpoint) as c:
         with pytest.raises(openai.BadRequestError, match="cot_max_tokens"):
             c.chat.completions.create(
                 model="mai", messages=question(), extra_body={"mai": {"cot_max_tokens": 4096}}
@@ -306,11 +318,11 @@ def test_settings_clients_may_not_change_are_refused():
 
 
 def test_several_images_reach_both_models_in_order(served):
-    url, small, large = served
+    endpoint, small, large = served
     three = question()
     for colour in ((0, 0, 200), (0, 200, 0)):
         three[0]["content"].append({"type": "image_url", "image_url": {"url": data_url(colour)}})
-    with client(url) as c:
+    with client(endpoint) as c:
         out = c.chat.completions.create(model="mai", messages=three)
     assert out.model_extra["mai"]["route"] == "transfer"
     for backend in (small, large):
@@ -322,11 +334,11 @@ def test_several_images_reach_both_models_in_order(served):
 
 
 def test_other_content_parts_and_too_many_images_are_refused(served):
-    url, small, _ = served
+    endpoint, small, _ = served
     many = question()
     many[0]["content"] += [{"type": "image_url", "image_url": {"url": "not base64 !"}}] * 40
     audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]
-    with client(url) as c:
+    with client(endpoint) as c:
         with pytest.raises(openai.BadRequestError, match="41 images, over the limit") as err:
             c.chat.completions.create(model="mai", messages=many)
         assert err.value.body["code"] == "invalid_image"
@@ -345,7 +357,7 @@ def test_backend_failures_are_typed_http_errors_and_stream_error_events():
     small = ScriptedBackend({"short": "yes"}, name="small")
     large = ScriptedBackend({"short": "yes"}, name="large", fail={"short": [down] * 6})
     app = create_app(small, large, retry_policy=None)
-    with running(app) as url, client(url) as c:
+    with running(app) as endpoint, client(endpoint) as c:
         with pytest.raises(openai.InternalServerError) as err:
             c.chat.completions.create(model="mai", messages=question())
         assert err.value.status_code == 503 and "unreachable" in err.value.message
@@ -357,8 +369,8 @@ def test_concurrent_requests_share_the_backends_within_max_concurrency():
     small, large = transfer_pair(latency=0.05)
     app = create_app(small, large, max_concurrency=3)
 
-    async def burst(url):
-        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as c:
+    async def burst(served):
+        async with served.async_openai("x") as c:
             return await asyncio.gather(
                 *(
                     c.chat.completions.create(
@@ -370,13 +382,14 @@ def test_concurrent_requests_share_the_backends_within_max_concurrency():
                 )
             )
 
-    with running(app) as url:
-        outs = asyncio.run(burst(url))
+    with running(app) as served:
+        outs = asyncio.run(burst(served))
     assert [o.choices[0].message.content for o in outs] == ["A"] * 9
     assert len(small.calls("short")) == 9  # one pair of backends served every run
     assert 2 <= small.max_in_flight <= 3  # runs overlapped, never more than allowed
 
 
+@pytest.mark.server
 def test_closing_the_stream_cancels_the_run():
     started, cancelled = threading.Event(), []
 
@@ -392,7 +405,7 @@ def test_closing_the_stream_cancels_the_run():
 
     small, _ = transfer_pair()
     large = FunctionBackend(slow, name="large")
-    with running(create_app(small, large)) as url:
+    with serving_app(create_app(small, large)) as url:
         with httpx.stream(
             "POST",
             f"{url}/v1/chat/completions",
@@ -423,6 +436,7 @@ def test_api_keys_come_from_env_or_a_file(tmp_path):
     assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a"}, str(keys)) == ["k1", "k2"]
 
 
+@pytest.mark.server
 def test_the_serve_command_serves_with_a_key_and_refuses_open_public_listening(capsys, monkeypatch):
     import os
     import subprocess
@@ -466,8 +480,8 @@ def test_clients_see_served_model_names_never_server_paths():
     """Per-call records name the served model and role, not the backends' local paths."""
     small = ScriptedBackend({"short": "A", "cot": "so A", "s2": "A"}, name="/srv/models/2b")
     large = ScriptedBackend({"short": "B", "answer": "A"}, name="/srv/models/8b")
-    with running(create_app(small, large, api_keys=[KEY], model_name="vlm")) as url:
-        with client(url) as c:
+    with running(create_app(small, large, api_keys=[KEY], model_name="vlm")) as endpoint:
+        with client(endpoint) as c:
             out = c.chat.completions.create(
                 model="vlm", messages=question(), extra_body={"mai": {"options": OPTIONS}}
             )
@@ -484,7 +498,7 @@ def test_a_clients_budget_only_lowers_the_servers_and_the_default_allow_list():
     small = ScriptedBackend({"short": "A"}, name="small")
     large = ScriptedBackend({"short": "A"}, name="large")
     rec_large = RecordingBackend(large)
-    with running(create_app(small, rec_large, api_keys=[KEY])) as url, client(url) as c:
+    with running(create_app(small, rec_large, api_keys=[KEY])) as endpoint, client(endpoint) as c:
         c.chat.completions.create(model="mai", messages=question(), max_tokens=5000,
                                   extra_body={"mai": {"options": OPTIONS}})  # fmt: skip
     assert {r.max_tokens for r in rec_large.requests} == {16}  # the server's short budget
@@ -492,6 +506,7 @@ def test_a_clients_budget_only_lowers_the_servers_and_the_default_allow_list():
     assert {"keep_ratio", "gate", "temperature", "options"} - CLIENT_SETTINGS == {"options"}
 
 
+@pytest.mark.server
 def test_a_timed_out_request_frees_its_slot_and_its_engine_requests():
     """A non-streaming request whose client gave up is cancelled: its model call is aborted
     within a bounded time and the next request gets the server's one slot at once, instead of
@@ -510,7 +525,7 @@ def test_a_timed_out_request_frees_its_slot_and_its_engine_requests():
 
     small = FunctionBackend(slow_first, name="small")
     large = FunctionBackend(lambda r: "A", name="large")
-    with running(create_app(small, large, api_keys=[KEY], max_concurrency=1)) as url:
+    with serving_app(create_app(small, large, api_keys=[KEY], max_concurrency=1)) as url:
         with client(url, timeout=0.5) as c, pytest.raises(openai.APITimeoutError):
             c.chat.completions.create(model="mai", messages=question())
         gave_up = time.perf_counter()
@@ -523,13 +538,14 @@ def test_a_timed_out_request_frees_its_slot_and_its_engine_requests():
 
 
 @pytest.mark.parametrize("declared", [True, False])
+@pytest.mark.server
 def test_a_body_over_the_limit_is_refused_before_it_is_read(declared):
     small, large = transfer_pair()
     app = create_app(small, large, api_keys=[KEY], max_body_bytes=100_000)
     body = json.dumps({"model": "mai", "messages": question(image=data_url(size=(400, 400)))
                        }).encode() + b" " * 200_000  # fmt: skip
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    with running(app) as url, httpx.Client(timeout=10) as h:
+    with serving_app(app) as url, httpx.Client(timeout=10) as h:
         if declared:
             r = h.post(f"{url}/v1/chat/completions", content=body, headers=headers)
         else:  # no Content-Length: chunked, counted as it arrives
@@ -542,12 +558,13 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(declared):
 def test_json_nested_too_deep_is_a_400():
     small, large = transfer_pair()
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    with running(create_app(small, large, api_keys=[KEY])) as url, httpx.Client(timeout=10) as h:
-        r = h.post(f"{url}/v1/chat/completions", content=b"[" * 100_000 + b"]" * 100_000,
-                   headers=headers)  # fmt: skip
+    with running(create_app(small, large, api_keys=[KEY])) as endpoint:
+        r = endpoint.client.post("/v1/chat/completions", headers=headers,
+                                 content=b"[" * 100_000 + b"]" * 100_000)  # fmt: skip
         assert r.status_code == 400 and "nests too deep" in r.json()["error"]["message"]
 
 
+@pytest.mark.server
 def test_a_stop_waits_for_runs_in_flight_at_most_the_shutdown_timeout():
     """SIGTERM (uvicorn's should_exit) with a run that would take 30 s: the server cancels it
     after the shutdown timeout, aborts its model call, runs the app's shutdown and exits."""
@@ -613,8 +630,8 @@ def test_the_shutdown_timeout_is_checked(bad):
 
 @pytest.mark.parametrize("seed", [10**40, -1, 2**63])
 def test_a_seed_out_of_range_is_a_400_naming_seed(served, seed):
-    url, small, _ = served
-    with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+    endpoint, small, _ = served
+    with client(endpoint) as c, pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model="mai", messages=question(), seed=seed)
     assert err.value.body["param"] == "seed" and "seed must be an integer" in err.value.message
     assert small.calls("short") == []
@@ -634,11 +651,11 @@ def test_error_messages_name_served_models_and_carry_no_object_reprs():
 
     small = ScriptedBackend({"short": "A"}, name="/srv/models/2b")
     large = FunctionBackend(too_long, name="/srv/models/8b")
-    with running(create_app(small, large, api_keys=[KEY])) as url:
-        with client(url) as c, pytest.raises(openai.BadRequestError) as err:
+    with running(create_app(small, large, api_keys=[KEY])) as endpoint:
+        with client(endpoint) as c, pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(model="mai", messages=question())
         broken = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
-        with client(url) as c, pytest.raises(openai.BadRequestError) as bad_image:
+        with client(endpoint) as c, pytest.raises(openai.BadRequestError) as bad_image:
             c.chat.completions.create(model="mai", messages=question(image=broken))
     message = err.value.message
     assert "mai/large: the generate prompt" in message and "/srv/models" not in message
@@ -646,6 +663,7 @@ def test_error_messages_name_served_models_and_carry_no_object_reprs():
     assert "cannot decode image" in bad_image.value.message
 
 
+@pytest.mark.server
 def test_a_trickled_body_is_a_408_and_frees_its_admission_slot():
     """A client that sends its headers and then trickles the body cannot hold one of the
     endpoint's admission slots: after the body timeout it gets a 408, and the other request
@@ -654,7 +672,7 @@ def test_a_trickled_body_is_a_408_and_frees_its_admission_slot():
 
     small, large = transfer_pair()
     app = create_app(small, large, api_keys=[KEY], max_preparing=1, body_timeout_s=1.0)
-    with running(app) as url:
+    with serving_app(app) as url:
         host, port = url.removeprefix("http://").split(":")
         sock = socket.create_connection((host, int(port)), timeout=10)
         sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"

@@ -16,7 +16,7 @@ import pytest
 from tests.servers import free_port, serving
 
 pytestmark = pytest.mark.server
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LATENCY_S = 0.4
 """Seconds each call of the served fake pair takes (a transfer run: about five of them)."""
 
@@ -233,8 +233,8 @@ async def test_the_shared_bad_input_table_through_the_server(client, tmp_path):
 
     from PIL import Image
 
+    from tests.adapters.test_hostile_doors import _inline, data_url_of
     from tests.bad_inputs import CASES, inputs
-    from tests.test_hostile_doors import _inline, data_url_of
 
     good = tmp_path / "good.png"
     Image.new("RGB", (96, 64), (200, 30, 30)).save(good)

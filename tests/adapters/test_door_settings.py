@@ -18,9 +18,7 @@ from mai_graph.backends.fake import demo_backends as fake_pair
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.cli import main
 from mai_graph.errors import ConfigError
-from tests.servers import serving_app
-
-httpx = pytest.importorskip("httpx")
+from tests.servers import in_process
 
 
 def _pair():
@@ -69,19 +67,18 @@ def test_the_chat_model_refuses_review():
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_endpoint_answers_400_streaming_or_not(stream):
     openai = pytest.importorskip("openai")
-    pytest.importorskip("uvicorn")
     from mai_graph.adapters.endpoint.app import create_app
 
     small, large = _pair()
-    with serving_app(create_app(small, large)) as url:  # the default: review is not a client's
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    with in_process(create_app(small, large)) as endpoint:  # the default: review isn't a client's
+        client = endpoint.openai()
         with pytest.raises(openai.BadRequestError, match="does not let requests change"):
             client.chat.completions.create(
                 model="mai", messages=[{"role": "user", "content": "Is it red?"}],
                 extra_body={"mai": {"review": True}}, stream=stream,
             )  # fmt: skip
-    with serving_app(create_app(small, large, allowed_settings="all")) as url:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    with in_process(create_app(small, large, allowed_settings="all")) as endpoint:
+        client = endpoint.openai()
         with pytest.raises(openai.BadRequestError) as info:
             out = client.chat.completions.create(
                 model="mai", messages=[{"role": "user", "content": "Is it red?"}],
@@ -140,12 +137,12 @@ def test_a_transfer_that_cannot_fit_the_large_context_is_refused():
 def test_the_endpoint_refuses_an_impossible_budget_with_a_400_before_any_call(stream):
     small, large = _sized_pair()
     app = create_app(small, large, allowed_settings="all")
-    with serving_app(app) as url:
-        resp = httpx.post(f"{url}/v1/chat/completions", json={
+    with in_process(app) as endpoint:
+        resp = endpoint.client.post("/v1/chat/completions", json={
             "model": "mai", "stream": stream,
             "messages": [{"role": "user", "content": "Which colour?"}],
             "mai": {"cot_max_tokens": 131_072, "options": ["red", "blue"]},
-        }, timeout=30)  # fmt: skip
+        })  # fmt: skip
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == "mai.cot_max_tokens"
     assert "max_model_len=4,096" in resp.json()["error"]["message"]

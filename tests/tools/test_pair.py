@@ -299,7 +299,7 @@ def test_the_package_ships_every_file_of_the_pairs():
     import tomllib
     from pathlib import Path
 
-    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     setuptools = config["tool"]["setuptools"]
     data = setuptools["package-data"]
     for root in PAIRS.values():

@@ -13,7 +13,7 @@ from mai_graph import ConfigError
 from mai_graph.engines.select import backends_from_env
 from tests.servers import free_port, serving
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_langgraph_json_names_the_studio_graph():

@@ -277,6 +277,7 @@ def test_the_command_line_refuses_a_bad_tracing_mode():
     assert "MAI_GRAPH_OTEL" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.server
 def test_the_command_exports_its_trace_to_a_real_otlp_receiver(tmp_path):
     """``MAI_GRAPH_OTEL=otlp mai-graph run``: the spans arrive over OTLP/HTTP, flushed at exit."""
     with receiver(tmp_path) as otlp:
@@ -315,16 +316,15 @@ PARENT_ID = "00f067aa0ba902b7"
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_endpoint_nests_its_run_under_the_requests_traceparent(exporter, stream):
-    openai = pytest.importorskip("openai", reason="installed with the openai extra")
-    pytest.importorskip("uvicorn", reason="installed with the serve extra")
+    pytest.importorskip("openai", reason="installed with the openai extra")
     from mai_graph.adapters.endpoint.app import create_app
-    from tests.servers import serving_app
+    from tests.servers import in_process
 
     memory, _ = exporter
     key = "sk-tracing-secret-key-1234"
     url, b64 = _png_data_url()
-    with serving_app(create_app(*transfer_pair(), api_keys=[key])) as base:
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+    with in_process(create_app(*transfer_pair(), api_keys=[key])) as endpoint:
+        client = endpoint.openai(key)
         header = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
         content = [
             {"type": "text", "text": f"Which colour? {SECRET}"},
@@ -354,24 +354,20 @@ def test_the_endpoint_nests_its_run_under_the_requests_traceparent(exporter, str
 
 
 def test_a_bad_traceparent_starts_a_trace_of_its_own(exporter):
-    pytest.importorskip("uvicorn", reason="installed with the serve extra")
-    import httpx
-
     from mai_graph.adapters.endpoint.app import create_app
-    from tests.servers import serving_app
+    from tests.servers import in_process
 
     memory, _ = exporter
-    with serving_app(create_app(*transfer_pair())) as base:
+    with in_process(create_app(*transfer_pair())) as endpoint:
         for bad in ("nonsense", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "x" * 5000):
-            reply = httpx.post(
-                f"{base}/v1/chat/completions",
+            reply = endpoint.client.post(
+                "/v1/chat/completions",
                 json={
                     "model": "mai",
                     "messages": [{"role": "user", "content": "Which colour?"}],
                     "mai": {"options": OPTIONS},
                 },
                 headers={"traceparent": bad},
-                timeout=30,
             )
             assert reply.status_code == 200, reply.text
     roots = by_name(memory.get_finished_spans())["invoke_agent mai"]

@@ -1,7 +1,9 @@
 """The endpoint's `GET /metrics`: live gate health, scraped after a burst of real requests.
 
-The app runs under uvicorn on a free loopback port (as in tests/test_serve.py); the `openai`
-client sends the burst, httpx scrapes, and `prometheus_client`'s own parser reads the text.
+The app runs in process, without a socket (as in the endpoint's tests, tests/adapters/); the
+`openai` client sends the burst, the app's test client scrapes, and `prometheus_client`'s own
+parser reads the text. A client that leaves and the `mai-graph serve` command need a real
+server (uvicorn on a free loopback port; marked `server`).
 Fake backends decide the routes, so every count is exact and every token sum can be checked
 against what the responses said.
 """
@@ -18,7 +20,8 @@ import pytest
 from mai_graph import BackendError, FunctionBackend, ScriptedBackend
 from mai_graph.adapters.endpoint.app import create_app
 from mai_graph.adapters.endpoint.metrics import LATENCY_BUCKETS, ServeMetrics
-from tests.servers import serving_app as running
+from tests.servers import in_process as running
+from tests.servers import serving_app
 
 openai = pytest.importorskip("openai", reason="installed with the openai extra")
 pytest.importorskip("uvicorn", reason="installed with the serve extra")
@@ -52,9 +55,12 @@ def messages(kind, i):
     return [{"role": "user", "content": f"Question {i} case={kind}: which colour is the square?"}]
 
 
-def scrape(url, key=KEY):
+def scrape(served, key=KEY):
+    """GET /metrics of an app in process, or of a real server's URL."""
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    return httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+    if isinstance(served, str):
+        return httpx.get(f"{served}/metrics", headers=headers, timeout=10)
+    return served.client.get("/metrics", headers=headers)
 
 
 def samples(text):
@@ -70,10 +76,10 @@ def value(scraped, name, **labels):
     return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def burst(url):
+async def burst(served):
     """Agreeing, transferring, baseline and failing runs, streamed and not, concurrently; a
     bad request and a wrong key. Returns the ``mai`` and ``usage`` of every answered run."""
-    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as c:
+    async with served.async_openai(KEY) as c:
 
         async def ask(kind, i, stream, **extra):
             body = {"mai": {"options": OPTIONS, **extra}}
@@ -106,7 +112,7 @@ async def burst(url):
             )
             async for _ in stream:
                 pass
-    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0) as c:
+    async with served.async_openai("wrong") as c:
         with pytest.raises(openai.AuthenticationError):
             await c.chat.completions.create(model="mai", messages=messages("agree", 14))
     return answered
@@ -115,10 +121,10 @@ async def burst(url):
 def test_metrics_after_a_burst_count_what_the_responses_said():
     small, large = backends()
     app = create_app(small, large, api_keys=[KEY], retry_policy=None)
-    with running(app) as url:
-        before = samples(scrape(url).text)
-        answered = asyncio.run(burst(url))
-        reply = scrape(url)
+    with running(app) as endpoint:
+        before = samples(scrape(endpoint).text)
+        answered = asyncio.run(burst(endpoint))
+        reply = scrape(endpoint)
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=")
     text = reply.text
@@ -171,8 +177,9 @@ def test_metrics_after_a_burst_count_what_the_responses_said():
 
 def test_metrics_follow_the_access_rule_with_keys():
     small, large = backends()
-    with running(create_app(small, large, api_keys=["other-key", KEY])) as url:
-        missing, wrong, right = scrape(url, key=None), scrape(url, key="wrong"), scrape(url)
+    with running(create_app(small, large, api_keys=["other-key", KEY])) as endpoint:
+        missing, wrong = scrape(endpoint, key=None), scrape(endpoint, key="wrong")
+        right = scrape(endpoint)
     assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
     assert missing.json()["error"]["code"] == "invalid_api_key"
     assert wrong.status_code == 401 and KEY not in wrong.text
@@ -185,8 +192,8 @@ def test_without_keys_metrics_are_open_and_the_server_keeps_to_loopback(capsys, 
     from mai_graph.cli import EXIT_USAGE, main
 
     small, large = backends()
-    with running(create_app(small, large)) as url:
-        assert scrape(url, key=None).status_code == 200
+    with running(create_app(small, large)) as endpoint:
+        assert scrape(endpoint, key=None).status_code == 200
     monkeypatch.delenv("MAI_GRAPH_SERVE_API_KEY", raising=False)
     assert main(["serve", "--host", "0.0.0.0"]) == EXIT_USAGE
     assert "without an API key" in capsys.readouterr().err
@@ -197,17 +204,18 @@ def test_each_app_counts_its_own_runs():
     import prometheus_client
 
     first, second = create_app(*backends()), create_app(*backends())
-    with running(first) as url_1, running(second) as url_2:
-        with openai.OpenAI(base_url=f"{url_1}/v1", api_key="x", max_retries=0) as c:
+    with running(first) as app_1, running(second) as app_2:
+        with app_1.openai() as c:
             c.chat.completions.create(
                 model="mai", messages=messages("agree", 0), extra_body={"mai": {"options": OPTIONS}}
             )
-        one, two = samples(scrape(url_1).text), samples(scrape(url_2).text)
+        one, two = samples(scrape(app_1).text), samples(scrape(app_2).text)
     assert value(one, "mai_runs_total", route="agree") == 1
     assert value(two, "mai_runs_total", route="agree") == 0
     assert b"mai_runs_total" not in prometheus_client.generate_latest()
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_leaves_is_counted_as_cancelled(stream):
     async def slow(request):
@@ -215,7 +223,7 @@ def test_a_client_that_leaves_is_counted_as_cancelled(stream):
         return "A"
 
     app = create_app(FunctionBackend(slow, name="small"), FunctionBackend(slow, name="large"))
-    with running(app) as url:
+    with serving_app(app) as url:
         if stream:  # the role chunk, then the client goes
             body = {"model": "mai", "messages": messages("agree", 0), "stream": True}
             with httpx.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
@@ -235,6 +243,7 @@ def test_a_client_that_leaves_is_counted_as_cancelled(stream):
     assert value(got, "mai_runs_total", route="agree") == 0
 
 
+@pytest.mark.server
 def test_the_serve_command_serves_metrics(tmp_path):
     """A real `mai-graph serve` process (its default fake pair): one run, one scrape."""
     import os

@@ -24,7 +24,7 @@ from mai_graph.tiny.qwen_vocab import (  # noqa: E402
     qwen_ranks_path,
 )
 
-DATA = Path(__file__).parent / "data" / "qwen3_vl"
+DATA = Path(__file__).parents[1] / "data" / "qwen3_vl"
 
 # Published ids shared by every Qwen2 / Qwen2.5 / Qwen3 tokenizer ("Hello" 9707, " world" 1879,
 # "\n" 198, " the" 279, "Question" 14582, ":" 25: Qwen's tokenizer.json, as recorded in

@@ -321,7 +321,7 @@ def _doc_examples():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "answers.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "answers.md").read_text()
     block = re.search(r"<!-- begin:examples -->\n(.*?)<!-- end:examples -->", text, re.DOTALL)
     assert block, "docs/answers.md lost its examples block"
     rows = []

@@ -72,8 +72,8 @@ def test_studio_graph_uses_the_untrusted_policy_from_the_environment():
 async def test_graph_runs_with_images_never_block_the_event_loop(root, tmp_path, monkeypatch):
     """Every image source, cold (new store folder, empty cache), under blockbuster's detector.
 
-    ``langgraph dev`` runs the same detector (a lighter set of its checks); tests/test_studio.py
-    runs the real server without ``--allow-blocking``.
+    ``langgraph dev`` runs the same detector (a lighter set of its checks);
+    tests/adapters/test_studio.py runs the real server without ``--allow-blocking``.
     """
     from blockbuster import BlockingError, blockbuster_ctx
 
@@ -149,6 +149,7 @@ def openai_server():
     server.server_close()
 
 
+@pytest.mark.server
 def test_no_secret_in_state_checkpoints_metrics_results_or_logs(
     openai_server, tmp_path, monkeypatch, caplog
 ):
@@ -257,14 +258,14 @@ def test_chat_graph_follows_the_environment(root, monkeypatch):
         graph.invoke({"messages": _image_message(str(root.parent / "out.png"))})
 
 
+@pytest.mark.server
 def test_no_secret_from_the_serving_endpoint(openai_server, monkeypatch, caplog):
     """``mai-graph serve``: neither its clients' bearer key nor the backends' API key appears in
     a response (answer, refusal or authentication error) or in the logs."""
     openai = pytest.importorskip("openai")
-    pytest.importorskip("uvicorn")
     from mai_graph.adapters.endpoint.app import create_app
     from mai_graph.backends.openai import OpenAIBackend
-    from tests.servers import serving_app
+    from tests.servers import in_process
 
     client_key = "sk-serve-client-key-9876543210CLIENT"
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -273,12 +274,12 @@ def test_no_secret_from_the_serving_endpoint(openai_server, monkeypatch, caplog)
     large = OpenAIBackend.from_url(openai_server, "large-model", api_key=SECRET)
     image = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
     texts = []
-    with serving_app(create_app(small, large, api_keys=[client_key])) as url:
+    with in_process(create_app(small, large, api_keys=[client_key])) as endpoint:
         for key, source in ((client_key, image), (client_key, "/etc/passwd"),
                             (client_key[:-1] + "X", image)):  # fmt: skip
             content = [{"type": "text", "text": "Blue?"},
                        {"type": "image_url", "image_url": {"url": source}}]  # fmt: skip
-            api = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+            api = endpoint.openai(key)
             try:
                 reply = api.chat.completions.create(
                     model="mai", messages=[{"role": "user", "content": content}]
