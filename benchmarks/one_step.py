@@ -20,7 +20,7 @@ from pathlib import Path
 from mai_graph import MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.vllm import VLLMBackend
-from mai_graph.calls import Question, short_request
+from mai_graph.calls import read_question, short_request
 from mai_graph.eval.datasets import load_dataset
 from mai_graph.eval.synthetic import make_synthetic
 from mai_graph.pair import PAIRS, trained_pair_paths
@@ -40,7 +40,7 @@ async def main(args: argparse.Namespace) -> None:
             questions = []
             for s in bounded:
                 ctx = one_ctx.replace(answer_kind=s.kind)
-                questions.append(await asyncio.to_thread(Question.from_input, s.graph_input(), ctx))
+                questions.append(await asyncio.to_thread(read_question, s.graph_input(), ctx))
             rows = []
             for backend in models:
                 times: dict[str, list[float]] = {"one step": [], "generated": []}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mai_graph import GenerationRequest, MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.calls import Question
+from mai_graph.calls import read_question
 from mai_graph.context import SparsifyStrategy
 from mai_graph.inputs.sources import image_ref
 from mai_graph.lineup import Lineup
@@ -70,7 +70,7 @@ async def run(args, small, large, scorers, image):
     states = []
     for question in QUESTIONS[: args.texts]:
         inputs = {"question": question, "options": DEMO_OPTIONS, "image": image}
-        state = {**inputs, "request": Question.from_input(inputs, base).as_request()}
+        state = {**inputs, "request": read_question(inputs, base)}
         state.update(await reason(state, offline(base), lineup))
         states.append(state)
     rows = {}
@@ -127,7 +127,7 @@ async def attention_paths(scorer, states, ctx):
     model = scorer.model
     full, cold, warm = [], [], []
     for state in states:
-        reasoning = reasoning_input(state, Question.from_state(state, ctx), ctx)
+        reasoning = reasoning_input(state, state["request"], ctx)
         request = GenerationRequest(reasoning.s2_messages, max_tokens=1, purpose="attention")
         await model.attention(request)  # load + warm
         for bucket, kwargs, clear in (

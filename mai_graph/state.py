@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, NotRequired, get_type_hints
 from pydantic import Field
 from typing_extensions import TypedDict
 
+from mai_graph.answers.kinds import AnswerKind
 from mai_graph.inputs.images import ImageRef
 from mai_graph.inputs.video import VideoRef
 
@@ -18,8 +19,8 @@ __all__ = [
     "MAIState",
     "NodeMetrics",
     "OutputState",
+    "Question",
     "Reasoning",
-    "Request",
     "Route",
     "Sparsification",
     "run_keys",
@@ -161,18 +162,27 @@ class InputState(TypedDict):
     kept), or a list of texts lettered A, B, ... in order. The first node stores the mapping."""
 
 
-class Request(TypedDict):
-    """The inputs a run used, normalized by its first node (validated once)."""
+class Question(TypedDict):
+    """A run's question as its first node validated it: the one form every later node reads.
+
+    ``prepare`` turns the untrusted :class:`InputState` into this record once
+    (:func:`mai_graph.calls.read_question`: media resolved to references, options lettered, the
+    answer kind resolved) and keeps it in state as ``request``; nodes build their calls from it
+    (:mod:`mai_graph.calls`) without validating again. JSON-friendly, like all of the state, so
+    checkpointers and Studio keep it as is.
+    """
 
     question: str
     image: ImageRef | None
     """The first image (None without images)."""
     images: NotRequired[list[ImageRef]]
-    """Every image, in order (the first is ``image``)."""
+    """Every image, in order (the first is ``image``); absent without images."""
     videos: NotRequired[list[VideoRef]]
     """The video, when there is one (a list, as engines count media per kind)."""
     options: dict[str, str] | None
     """Option letter → option text, in display order."""
+    kind: AnswerKind
+    """How the answer is read: the run's ``answer_kind``, ``auto`` made ``choice`` by options."""
 
 
 class Reasoning(TypedDict):
@@ -242,8 +252,8 @@ class OutputState(TypedDict):
 class MAIState(InputState, Reasoning):
     """The full state; later nodes fill the ``NotRequired`` keys."""
 
-    request: NotRequired[Request]
-    """This run's inputs as the first node normalized them (what every later node reads)."""
+    request: NotRequired[Question]
+    """This run's question as the first node validated it (what every later node reads)."""
     small_answer: NotRequired[str]
     """Small model's short answer (verify)."""
     small_canonical: NotRequired[str]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, answer_request
+from mai_graph.calls import answer_request, canonical
 from mai_graph.lineup import Lineup
 from mai_graph.state import Draft, MAIState
 
@@ -31,7 +30,7 @@ async def answer(
     state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
     """The stage's large model answers short; its prompt shares the verify call's prefix."""
-    q = Question.from_state(state, runtime.context)
+    q = state["request"]
     pieces = transferred_drafts(state, stage)
     if pieces:  # several drafts' reasonings, best first
         request = answer_request(
@@ -44,7 +43,7 @@ async def answer(
     gen, rec = await call(lineup.chain[stage - 1], request, "answer", "large", runtime)
     update: dict[str, Any] = {
         "answer": gen.text,
-        "canonical": extract_answer(gen.text, q.kind, q.options),
+        "canonical": canonical(gen.text, q),
         "metrics": [rec],
     }
     if stage == lineup.stages:  # else its record's answer_prob travels on (escalate)

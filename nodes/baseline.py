@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, short_request
+from mai_graph.calls import canonical, short_request
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState
 
@@ -18,18 +17,18 @@ async def baseline(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict
     Its call is recorded as a short answer (``node`` ``verify``), as in MAI runs.
     """
     ctx = runtime.context
-    q = Question.from_state(state, ctx)
+    q = state["request"]
     side = ctx.policy
     backend = lineup.small if side == "small" else lineup.large
     gen, rec = await call(backend, short_request(q, ctx), "verify", side, runtime)
-    canonical = extract_answer(gen.text, q.kind, q.options)
+    canon = canonical(gen.text, q)
     return {
         f"{side}_answer": gen.text,
-        f"{side}_canonical": canonical,
+        f"{side}_canonical": canon,
         f"{side}_prob": rec["answer_prob"],
         f"{side}_distribution": gen.distribution,
         "answer": gen.text,
-        "canonical": canonical,
+        "canonical": canon,
         "route": side,
         "metrics": [rec],
     }

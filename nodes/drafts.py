@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, cot_request, short_request
+from mai_graph.calls import Question, canonical, cot_request, short_request
 from mai_graph.lineup import Drafter, Lineup
 from mai_graph.state import Draft, NodeMetrics
 
@@ -59,7 +58,7 @@ async def short_answer(
         drafter=d.index,
         model=gen.model,
         answer=gen.text,
-        canonical=extract_answer(gen.text, q.kind, q.options),
+        canonical=canonical(gen.text, q),
         prob=rec["answer_prob"],
     )
     return draft, gen, _as_draft(rec, d, several)

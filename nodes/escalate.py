@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, short_request
+from mai_graph.calls import canonical, short_request
 from mai_graph.lineup import Drafter, Lineup
 from mai_graph.state import MAIState
 
@@ -50,7 +49,7 @@ async def escalate(
 ) -> dict[str, Any]:
     """Start ``stage``: the previous stage's answer is this pair's small answer; ask the large."""
     ctx = runtime.context
-    q = Question.from_state(state, ctx)
+    q = state["request"]
     small, large = lineup.pair(stage)
     small_canonical = state.get("canonical") or ""
     small_prob = handed_on_probability(state)
@@ -60,7 +59,7 @@ async def escalate(
     [(gen, rec)], spec = await concurrently(
         [call(large, short_request(q, ctx), "escalate", "large", runtime)], speculative
     )
-    canonical = extract_answer(gen.text, q.kind, q.options)
+    canon = canonical(gen.text, q)
     prob = rec["answer_prob"]
     update: dict[str, Any] = {
         **{k: None for k in STAGE_KEYS if state.get(k) is not None},
@@ -68,12 +67,12 @@ async def escalate(
         "small_canonical": small_canonical,
         "small_prob": small_prob,
         "large_answer": gen.text,
-        "large_canonical": canonical,
+        "large_canonical": canon,
         "large_prob": prob,
         "metrics": [rec],
     }
-    route = decide([(small_canonical, small_prob)], (canonical, prob), ctx)
-    return await settle(update, route, (gen.text, canonical), spec)
+    route = decide([(small_canonical, small_prob)], (canon, prob), ctx)
+    return await settle(update, route, (gen.text, canon), spec)
 
 
 def make_escalate(lineup: Lineup, stage: int) -> Node:

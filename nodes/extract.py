@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, s2_request
+from mai_graph.calls import canonical, s2_request
 from mai_graph.gate import agreement_exits
 from mai_graph.lineup import Drafter, Lineup, rank_drafts
 from mai_graph.state import Draft, MAIState, NodeMetrics
@@ -25,7 +24,7 @@ async def extract(
 ) -> dict[str, Any]:
     """Append the extraction turn to each draft's CoT conversation (same prefix), read answers."""
     ctx = runtime.context
-    q = Question.from_state(state, ctx)
+    q = state["request"]
     drafters, role = reasoners(lineup, runtime, stage)
     several = len(drafters) > 1
     drafts: list[Any] = list(state.get("drafts") or []) if several else [state]
@@ -43,7 +42,7 @@ async def extract(
     answers = [
         {
             "s2_answer": gen.text,
-            "s2_canonical": extract_answer(gen.text, q.kind, q.options),
+            "s2_canonical": canonical(gen.text, q),
             "s2_prob": rec["answer_prob"],
         }
         for gen, rec in results
@@ -59,13 +58,13 @@ async def extract(
     else:
         best = answers[0]
     update.update({k: best[k] for k in ("s2_answer", "s2_canonical", "s2_prob")})
-    text, canonical, prob = best["s2_answer"], best["s2_canonical"], best["s2_prob"]
+    text, canon, prob = best["s2_answer"], best["s2_canonical"], best["s2_prob"]
     if ctx.policy in ("small_cot", "large_cot"):
-        update.update(answer=text, canonical=canonical, route=ctx.policy)
+        update.update(answer=text, canonical=canon, route=ctx.policy)
     elif ctx.s2_exit and agreement_exits(
-        canonical, state.get("large_canonical") or "", prob, state.get("large_prob"), ctx
+        canon, state.get("large_canonical") or "", prob, state.get("large_prob"), ctx
     ):
-        update.update(answer=text, canonical=canonical, route="extract_agree")
+        update.update(answer=text, canonical=canon, route="extract_agree")
     return update
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.types import Overwrite
 
 from mai_graph.backends.base import VLMBackend
-from mai_graph.calls import Question
+from mai_graph.calls import Question, all_images, read_question
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.inputs.limits import check_backends
@@ -30,25 +30,25 @@ _INPUT_KEYS = ("question", "image", "options")
 _MEDIA_KEYS = ("images", "video")
 
 
-async def read_question(
+async def validate_inputs(
     state: MAIState, runtime: MAIRuntime, policy: ImagePolicy | None = None
 ) -> Question:
     """Validate the run's inputs once; media are read, decoded and stored off the event loop."""
     if state.get("image") is None and state.get("images") is None and state.get("video") is None:
-        return Question.from_input(state, runtime.context)
-    return await asyncio.to_thread(Question.from_input, state, runtime.context, policy)
+        return read_question(state, runtime.context)
+    return await asyncio.to_thread(read_question, state, runtime.context, policy)
 
 
 def consume_inputs(state: MAIState, q: Question) -> dict[str, Any]:
     """The run's reset: what a previous run on the thread left is cleared, the inputs consumed.
 
-    The inputs become ``request`` (normalized: image references, options mapping), and the
+    The inputs become ``request`` (the validated :class:`~mai_graph.state.Question`), and the
     metrics list starts anew (each later node appends its calls' records).
     """
     # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
     update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
     # The inputs are consumed: a later run on this thread uses only what its own input gives.
-    update.update(dict.fromkeys(_INPUT_KEYS), request=q.as_request())
+    update.update(dict.fromkeys(_INPUT_KEYS), request=q)
     update.update({k: None for k in _MEDIA_KEYS if state.get(k) is not None})
     update["metrics"] = Overwrite([])  # this run's calls replace any earlier run's
     return update
@@ -128,9 +128,10 @@ def make_prepare(lineup: Lineup, image_policy: ImagePolicy | None, review: bool)
     async def prepare(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
         check_review(runtime, review)
         check_run_budgets(runtime.context, lineup)
-        q = await read_question(state, runtime, image_policy)
-        if q.videos or len(q.images) > 1:
-            check_backends(q.all_images, q.videos, called_backends(lineup, runtime.context))
+        q = await validate_inputs(state, runtime, image_policy)
+        videos = q.get("videos") or []
+        if videos or len(q.get("images") or []) > 1:
+            check_backends(all_images(q), videos, called_backends(lineup, runtime.context))
         return consume_inputs(state, q)
 
     return Node("prepare", prepare)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mai_graph.calls import Question
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState
 
@@ -23,7 +22,7 @@ async def reason(
     """Generate the chain of thought under the context's token budget (k drafts at once)."""
     drafters, role = reasoners(lineup, runtime, stage)
     drafts = (state.get("drafts") or []) if stage == 1 else []
-    q = Question.from_state(state, runtime.context)
+    q = state["request"]
     return await write_reasoning(q, runtime, drafters, role, drafts)
 
 

@@ -6,8 +6,7 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question
+from mai_graph.calls import canonical
 from mai_graph.state import MAIState
 
 from ._common import MAIRuntime, Node
@@ -56,8 +55,8 @@ async def review(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
     if decision[0] == "continue":
         return {}
     text = decision[1] or ""
-    q = Question.from_state(state, runtime.context)
-    return {"answer": text, "canonical": extract_answer(text, q.kind, q.options), "route": "human"}
+    q = state["request"]
+    return {"answer": text, "canonical": canonical(text, q), "route": "human"}
 
 
 def make_review() -> Node:

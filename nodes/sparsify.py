@@ -25,6 +25,7 @@ def reasoning_input(state: MAIState, q: Question, ctx: MAIContext) -> ReasoningI
     pieces = state.get("reasoning_tokens")
     ids = state.get("reasoning_token_ids") or None
     logprobs = state.get("reasoning_logprobs")
+    options = q["options"]
     if not pieces or (ids is not None and len(ids) != len(pieces)):
         pieces, ids = split_pieces(text), None
         logprobs = logprobs if logprobs is not None and len(logprobs) == len(pieces) else None
@@ -32,9 +33,9 @@ def reasoning_input(state: MAIState, q: Question, ctx: MAIContext) -> ReasoningI
         tokens=tuple(pieces),
         token_ids=tuple(ids) if ids else None,
         logprobs=tuple(logprobs) if logprobs is not None else None,
-        question=q.text,
-        options=tuple(q.options.values()) if q.options else None,
-        letters=tuple(q.options) if q.options else (),
+        question=q["question"],
+        options=tuple(options.values()) if options else None,
+        letters=tuple(options) if options else (),
         s2_messages=s2_request(q, ctx, text, ids).messages,
     )
 
@@ -64,7 +65,7 @@ async def sparsify(
     as they are; otherwise their text does. With ``transfer_mask_answer`` the reasoning's
     stated final answer (:func:`~mai_graph.scoring.mask.answer_statement`) is never sent.
     """
-    reasoning = reasoning_input(state, Question.from_state(state, ctx), ctx)
+    reasoning = reasoning_input(state, state["request"], ctx)
     tokens = reasoning.tokens
     live = [i for i, t in enumerate(tokens) if t]  # special tokens decode to "": never sent
     masked = 0

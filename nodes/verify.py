@@ -12,8 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from mai_graph.answers import extract_answer
-from mai_graph.calls import Question, short_request
+from mai_graph.calls import canonical, short_request
 from mai_graph.gate import after_disagreement, pooled_probability, quorum_exits
 from mai_graph.lineup import Lineup
 from mai_graph.state import Draft, MAIState, Route
@@ -43,8 +42,8 @@ def decide(
     pooled_prob: float | None = None,
 ) -> Route | None:
     """The gate's verdict: ``agree``, ``large_confident``, or None (reason on)."""
-    canonical, prob = large
-    if quorum_exits(small, canonical, prob, ctx):
+    canon, prob = large
+    if quorum_exits(small, canon, prob, ctx):
         return "agree"
     if after_disagreement(prob, ctx, pooled_prob) == "large":
         return "large_confident"
@@ -107,7 +106,7 @@ async def verify(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict[s
     ``_distribution``); with several drafts, each is kept in ``drafts``.
     """
     ctx = runtime.context
-    q = Question.from_state(state, ctx)
+    q = state["request"]
     drafters = lineup.drafts(ctx)
     several = len(drafters) > 1
     shorts = [short_answer(q, runtime, d, several) for d in drafters]
@@ -117,7 +116,7 @@ async def verify(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict[s
     *answers, (gl, rl) = results
     drafts: list[Draft] = [draft for draft, _, _ in answers]
     first, first_gen = drafts[0], answers[0][1]
-    cl, pl = extract_answer(gl.text, q.kind, q.options), rl["answer_prob"]
+    cl, pl = canonical(gl.text, q), rl["answer_prob"]
     update: dict[str, Any] = {
         "small_answer": first["answer"],
         "small_canonical": first["canonical"],

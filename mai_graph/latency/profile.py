@@ -177,7 +177,9 @@ def engine_seconds(gen: Any) -> float:
 def _verify_request(fresh: Fresh, ctx: MAIContext, image: Any) -> GenerationRequest:
     from mai_graph.calls import Question, short_request
 
-    q = Question(f"{fresh.nonce()} {_QUESTION}", image, dict(_OPTIONS), "choice")
+    q = Question(
+        question=f"{fresh.nonce()} {_QUESTION}", image=image, options=dict(_OPTIONS), kind="choice"
+    )
     return short_request(q, ctx)
 
 

@@ -182,13 +182,15 @@ def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
 
 
 def question_of(item: SyntheticItem, kind: AnswerKind | None = None) -> Question:
-    """The graph's :class:`~mai_graph.calls.Question` for an item (image as a placeholder).
+    """The graph's :class:`~mai_graph.state.Question` for an item (image as a placeholder).
 
     ``kind`` overrides the item's answer kind (e.g. ``auto``, as ``mai-graph run`` asks).
     """
     row = item.row
     options = row.get("options")
-    return Question(row["question"], _PLACEHOLDER, options, kind or row["kind"])
+    return Question(
+        question=row["question"], image=_PLACEHOLDER, options=options, kind=kind or row["kind"]
+    )
 
 
 def _listing(scene: Sequence[tuple[Any, ...]]) -> str:
@@ -413,7 +415,7 @@ def make_example(
             shown = reasoning_text(item)
         if p_masked_hint and rng.random() < p_masked_hint:  # no draw at 0: v1 streams unchanged
             shown = mask_answer(shown)
-        hint, hint_ids = transfer_hint(tokenizer, shown, tuple(q.options or ()), rng)
+        hint, hint_ids = transfer_hint(tokenizer, shown, tuple(q["options"] or ()), rng)
         sent_ids = None if rng.random() < p_text_hint else hint_ids
         messages, target = answer_request(q, CONTEXT, hint, sent_ids).messages, gold
     prompt = render(tokenizer, messages, {eos_id}).token_ids

@@ -784,7 +784,7 @@ def measure_speed(
     from mai_graph.pair.task import CONTEXT
 
     ref = image_ref(Image.new("RGB", (128, 128), (255, 255, 255)))
-    q = Question("How many shapes are there?", ref, None, "number")
+    q = Question(question="How many shapes are there?", image=ref, options=None, kind="number")
     messages = cot_request(q, CONTEXT).messages
 
     async def one(backend: Any) -> dict[str, float]:

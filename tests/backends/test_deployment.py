@@ -293,8 +293,9 @@ def test_every_call_of_a_run_carries_the_same_affinity_key(png):
     assert len(keys) == 1 and next(iter(keys)).startswith("mai-")
     run("Which?", png, small=small, large=large, options=["x", "y"])
     assert {r.affinity_key for r in small.requests + large.requests} == keys  # same prompt prefix
-    q = Question("Which?", None, {"A": "x", "B": "y"}, "choice")
-    assert affinity_key(q) != affinity_key(Question("Which?", None, {"A": "x", "B": "z"}, "choice"))
+    q = Question(question="Which?", image=None, options={"A": "x", "B": "y"}, kind="choice")
+    other = Question(question="Which?", image=None, options={"A": "x", "B": "z"}, kind="choice")
+    assert affinity_key(q) != affinity_key(other)
 
 
 def test_openai_backend_sends_the_key_as_the_routers_session_header():

@@ -237,7 +237,7 @@ def test_a_reused_thread_never_inherits_image_or_options(png, saver):
     assert last.image is None and last.choices is None
     assert "Options:" not in str(last.messages)
     request = g.get_state(cfg).values["request"]
-    assert request == {"question": "Is it raining?", "image": None, "options": None}
+    assert request == {"question": "Is it raining?", "image": None, "options": None, "kind": "auto"}
     with pytest.raises(ConfigError, match="question"):
         g.invoke({"image": str(png)}, cfg, context={})  # no question of its own: refused
 

@@ -20,7 +20,7 @@ from mai_graph import (
     run,
 )
 from mai_graph.adapters.langchain import messages_to_input
-from mai_graph.calls import Question
+from mai_graph.calls import read_question
 from mai_graph.context import MAIContext
 from mai_graph.errors import ImageAccessError, ImageMismatchError
 from mai_graph.inputs.limits import check_media, check_mm_limits
@@ -123,6 +123,7 @@ def test_request_holds_the_lists_and_one_image_keeps_its_shape(pictures):
         "question": "Only text?",
         "image": None,
         "options": None,
+        "kind": "auto",
     }
     assert small.requests[-1].images == []
 
@@ -147,9 +148,9 @@ def test_total_pixels_of_images_and_frames_are_limited(pictures, clip):
     ):
         graph.compile().invoke({"question": "q?", "images": pictures})
     ctx = MAIContext(max_frames=4)
-    q = Question.from_input({"question": "q?", "video": str(clip)}, ctx)
+    q = read_question({"question": "q?", "video": str(clip)}, ctx)
     with pytest.raises(ImageError, match="over the limit"):
-        check_media([], list(q.videos), ImagePolicy.trusted(max_total_pixels=96 * 64 * 3))
+        check_media([], list(q["videos"]), ImagePolicy.trusted(max_total_pixels=96 * 64 * 3))
 
 
 def test_an_engine_limit_fails_the_run_before_any_model_call(pictures):
@@ -187,8 +188,8 @@ def test_video_frames_are_sampled_by_the_run_settings(clip):
     frames = load_video(video)
     assert len(frames) == 6 and frames[0].size == (96, 64)
     # A different sampling is a different reference (and engine cache key).
-    other = Question.from_input({"question": "q", "video": str(clip)}, MAIContext(max_frames=4))
-    assert other.videos[0]["sha256"] != video["sha256"]
+    other = read_question({"question": "q", "video": str(clip)}, MAIContext(max_frames=4))
+    assert other["videos"][0]["sha256"] != video["sha256"]
 
 
 def test_images_come_before_the_video(pictures, clip):
@@ -199,17 +200,17 @@ def test_images_come_before_the_video(pictures, clip):
 
 def test_video_as_frames_and_as_an_animated_gif(pictures, tmp_path):
     same_size = [pictures[0]] * 8
-    q = Question.from_input({"question": "q", "video": same_size}, MAIContext(video_fps=1.0))
-    (video,) = q.videos
+    q = read_question({"question": "q", "video": same_size}, MAIContext(video_fps=1.0))
+    (video,) = q["videos"]
     assert video["path"] == "" and video["total_frames"] == 8 and len(video["frame_images"]) == 8
-    q = Question.from_input(
+    q = read_question(
         {"question": "q", "video": {"frames": same_size, "fps": 4.0}}, MAIContext(video_fps=1.0)
     )
-    assert q.videos[0]["indices"] == [0, 7]  # 2 seconds at 1 frame per second
+    assert q["videos"][0]["indices"] == [0, 7]  # 2 seconds at 1 frame per second
     with pytest.raises(ImageError, match="share one size"):
-        Question.from_input({"question": "q", "video": pictures}, MAIContext())
+        read_question({"question": "q", "video": pictures}, MAIContext())
     gif = "data:video/gif;base64," + base64.b64encode(gif_bytes()).decode()
-    (video,) = Question.from_input({"question": "q", "video": gif}, MAIContext()).videos
+    (video,) = read_question({"question": "q", "video": gif}, MAIContext())["videos"]
     assert video["fps"] == pytest.approx(10.0) and video["indices"] == [0, 9]
 
 
@@ -335,7 +336,7 @@ def test_openai_body_sends_each_image_and_the_video_frames_with_their_hashes(pic
     pytest.importorskip("openai")
     from mai_graph.backends.openai import OpenAIBackend
 
-    q = Question.from_input(
+    q = read_question(
         {"question": "q?", "images": pictures, "video": str(clip)}, MAIContext(max_frames=6)
     )
     from mai_graph.calls import short_request
@@ -345,19 +346,20 @@ def test_openai_body_sends_each_image_and_the_video_frames_with_their_hashes(pic
     body = backend.body(request)
     parts = body["messages"][1]["content"]
     assert [p["type"] for p in parts[:5]] == ["image_url"] * 3 + ["video_url", "text"]
-    assert [p["uuid"] for p in parts[:3]] == [r["sha256"] for r in q.images]
+    assert [p["uuid"] for p in parts[:3]] == [r["sha256"] for r in q["images"]]
     video_url = parts[3]["video_url"]["url"]
     assert video_url.startswith("data:video/jpeg;base64,")
     frames = video_url.split(",", 1)[1].split(",")
-    assert len(frames) == 6 and parts[3]["uuid"] == q.videos[0]["sha256"]
+    assert len(frames) == 6 and parts[3]["uuid"] == q["videos"][0]["sha256"]
     assert Image.open(io.BytesIO(base64.b64decode(frames[0]))).size == (96, 64)
     assert "media_io_kwargs" not in body["extra_body"]
     meta = OpenAIBackend(object(), "m", send_video_metadata=True).body(request)  # type: ignore[arg-type]
     io_kwargs = meta["extra_body"]["media_io_kwargs"]["video"]
-    assert io_kwargs["frames_indices"] == q.videos[0]["indices"] and io_kwargs["num_frames"] == -1
+    assert io_kwargs["frames_indices"] == q["videos"][0]["indices"]
+    assert io_kwargs["num_frames"] == -1
     assert io_kwargs["fps"] == pytest.approx(10.0) and io_kwargs["total_num_frames"] == 40
     long_ctx = MAIContext(max_frames=40, video_fps=10.0)
-    long = Question.from_input({"question": "q?", "video": str(clip)}, long_ctx)
+    long = read_question({"question": "q?", "video": str(clip)}, long_ctx)
     with pytest.raises(ConfigError, match="reads the first 32"):
         backend.body(short_request(long, MAIContext()))
 
