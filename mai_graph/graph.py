@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import RetryPolicy
 
 from mai_graph.backends.base import VLMBackend
@@ -60,6 +63,38 @@ def is_transient(exc: BaseException) -> bool:
 
 DEFAULT_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, retry_on=is_transient)
 """Three attempts for transient backend errors; everything else fails the node at once."""
+
+
+class Router(Runnable[MAIState, str]):
+    """A conditional edge's router, evaluated in place on the sync and the async path.
+
+    Given a plain function, LangGraph runs a sync router in a thread of the default executor
+    under ``ainvoke`` (a thread hop on every edge of every run) and cannot run an async one
+    under ``invoke``. The routers here only read the state and the run's settings, so this
+    runnable calls them inline on both paths (``fn(state)`` or ``fn(state, runtime)``; the
+    runtime is LangGraph's, read from the edge's config with ``get_runtime``).
+    """
+
+    def __init__(self, fn: Callable[..., str]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self._with_runtime = len(inspect.signature(fn).parameters) > 1
+
+    def invoke(self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any) -> str:
+        """The route: the router's verdict on this state."""
+        if not self._with_runtime:
+            return self.fn(input)
+        token = var_child_runnable_config.set(config)
+        try:
+            return self.fn(input, get_runtime())
+        finally:
+            var_child_runnable_config.reset(token)
+
+    async def ainvoke(
+        self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        """The same verdict, without leaving the event loop."""
+        return self.invoke(input, config)
 
 
 def route_policy(state: MAIState, runtime: Runtime[Any]) -> Literal["mai", "short", "cot"]:
@@ -216,27 +251,29 @@ def create_mai_graph(
     builder.add_node("review", make_review())
     builder.add_edge(START, "prepare")
     builder.add_conditional_edges(
-        "prepare", route_policy, {"mai": "verify", "short": "baseline", "cot": "reason"}
+        "prepare", Router(route_policy), {"mai": "verify", "short": "baseline", "cot": "reason"}
     )
     builder.add_edge("baseline", END)
     builder.add_conditional_edges(
         "verify",
-        _after_verify(review),
+        Router(_after_verify(review)),
         {"review": "review", **_disagreement(1)},
     )
-    builder.add_conditional_edges("review", _on_disagreement(1), _disagreement(1))
+    builder.add_conditional_edges("review", Router(_on_disagreement(1)), _disagreement(1))
     for stage in range(1, lineup.stages + 1):
         if stage > 1:  # the previous stage's answer meets this stage's large model
             start = add(make_escalate(lineup, stage), stage)
             builder.add_edge(node_name("answer", stage - 1), start)
-            builder.add_conditional_edges(start, _on_disagreement(stage), _disagreement(stage))
+            builder.add_conditional_edges(
+                start, Router(_on_disagreement(stage)), _disagreement(stage)
+            )
         reason = add(make_reason(lineup, stage), stage)
         extract = add(make_extract(lineup, stage), stage)
         sparsify = add(make_sparsify(lineup, table, stage), stage)
         answer = add(make_answer(lineup, stage), stage)
         builder.add_edge(reason, extract)
         builder.add_conditional_edges(
-            extract, route_after_extract, {"done": END, "transfer": sparsify}
+            extract, Router(route_after_extract), {"done": END, "transfer": sparsify}
         )
         builder.add_edge(sparsify, answer)
     builder.add_edge(node_name("answer", lineup.stages), END)
