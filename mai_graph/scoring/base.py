@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Collection, Sequence
@@ -98,6 +99,12 @@ def must_keep(token: str, letters: Collection[str] | None = None) -> bool:
     return bool(_FORCE_WORD.search(token.rstrip(".")))
 
 
+@functools.lru_cache(maxsize=8192)
+def _forced(unit: str, letters: frozenset[str] | None) -> bool:
+    """:func:`must_keep`, remembered: a reasoning repeats its words, every run its letters."""
+    return must_keep(unit, letters)
+
+
 def word_groups(tokens: Sequence[str]) -> list[list[int]]:
     """Group sub-word pieces into words: a piece that starts with whitespace starts a word.
 
@@ -165,13 +172,26 @@ def select_tokens(
     if n == 0:
         return Selection((), 0.0)
     units = word_groups(tokens) if whole_words else [[i] for i in range(n)]
-    unit_score = [max(scores[i] for i in unit) for unit in units]
+    if whole_words:
+        unit_score: list[float] = []
+        texts: list[str] = []
+        for unit in units:
+            if len(unit) == 1:
+                unit_score.append(scores[unit[0]])
+                texts.append(tokens[unit[0]])
+            else:
+                unit_score.append(max(scores[i] for i in unit))
+                texts.append("".join(tokens[i] for i in unit))
+    else:
+        unit_score, texts = list(scores), list(tokens)
+    # Best first, ties to the earlier unit (a stable sort keeps their order, reversed or not).
+    by_score = sorted(range(len(units)), key=unit_score.__getitem__, reverse=True)
     total = float(sum(scores))
     if keep_mass is None:
         budget = max(1, math.ceil(keep_ratio * n - 1e-9))
     else:
         budget, mass = 0, 0.0
-        for u in sorted(range(len(units)), key=lambda u: (-unit_score[u], u)):
+        for u in by_score:
             if total > 0 and mass >= keep_mass * total - 1e-12:
                 break
             budget += len(units[u])
@@ -179,12 +199,8 @@ def select_tokens(
         budget = max(budget, 1)
     if max_tokens is not None:
         budget = min(budget, max_tokens)
-    by_score = sorted(range(len(units)), key=lambda u: (-unit_score[u], u))
-    forced = [
-        u
-        for u in by_score
-        if force_keep and must_keep("".join(tokens[i] for i in units[u]), letters)
-    ]
+    letter_set = None if letters is None else frozenset(letters)
+    forced = [u for u in by_score if _forced(texts[u], letter_set)] if force_keep else []
     kept: set[int] = set()
     for u in forced:
         if max_tokens is not None and len(kept) + len(units[u]) > max_tokens:
