@@ -6,9 +6,14 @@ building, answer extraction, sparsification), which the plain version does too.
 
     python benchmarks/overhead.py [--runs 1000]
 
-Prints, per route, the median per-run time of both versions (over 5 rounds), the overhead per
-run (graph - plain), the ratio graph / plain, and LangGraph's floor: a graph of the same shape
-whose nodes do nothing (what any LangGraph graph of this shape costs per run on this machine).
+Prints, per route, the median per-run time (over 5 rounds, interleaved) of the graph, of the
+plain version (the nodes' own work: prompts, answer extraction, sparsification), and of
+LangGraph's floor: a graph of the same shape whose nodes do nothing (what any LangGraph graph of
+this shape costs per run on this machine), its edges routed as the MAI graph routes them
+(:class:`mai_graph.graph.Router`, evaluated in place) and, for reference, as plain sync
+functions (LangGraph runs those in a thread of the default executor under ``ainvoke``). Then
+graph / floor, and where the graph's time goes: the floor, the nodes' work, and the rest
+(graph - floor - plain: mai-graph's wiring, state size and schema filtering).
 
 Then the cost of tracing (``mai_graph.tracing``, needs the ``otel`` extra): per route, the
 graph with tracing off and on, interleaved: on with an SDK provider batching spans to an
@@ -20,6 +25,7 @@ run while it is off (timed one by one).
 import argparse
 import asyncio
 import contextlib
+import functools
 import statistics
 import sys
 import tempfile
@@ -69,11 +75,20 @@ ROUTES = {
 }
 
 
-async def plain(state, ctx, small, large):
-    """The same nodes, called and merged by hand."""
+@functools.cache
+def _lineup(small, large):
+    """The lineup, built once per pair as the graph builds it (not per run)."""
+    return Lineup.of(small, large)
+
+
+async def plain(state, ctx, small, large, updates=None):
+    """The same nodes, called and merged by hand (``updates``: filled with each node's update)."""
     runtime = offline(ctx)
+    names = iter(("prepare", "verify", "reason", "extract", "sparsify", "answer"))
 
     def merge(state, update):
+        if updates is not None:
+            updates[next(names)] = dict(update)
         new = update.pop("metrics", [])
         if isinstance(new, Overwrite):
             metrics = list(new.value)
@@ -81,7 +96,7 @@ async def plain(state, ctx, small, large):
             metrics = [*(state.get("metrics") or ()), *new]
         return {**state, **update, "metrics": metrics}
 
-    lineup = Lineup.of(small, large)
+    lineup = _lineup(small, large)
     state = merge(state, await make_prepare(lineup, None, False).core(state, runtime))
     state = merge(state, await verify(state, runtime, lineup))
     if state.get("route"):
@@ -94,12 +109,19 @@ async def plain(state, ctx, small, large):
     return merge(state, await answer(state, runtime, lineup))
 
 
-def floor_graph(route):
-    """LangGraph's own floor: the same shape, nodes that only write the route."""
+def floor_graph(route, routed=True, updates=None):
+    """LangGraph's own floor: the same shape, nodes that only write the route.
+
+    ``routed``: its edges are :class:`~mai_graph.graph.Router` runnables, as in the MAI graph;
+    otherwise plain sync functions. ``updates``: each node returns the update the MAI graph's
+    node made (state writes as the graph's, none of the nodes' work).
+    """
     from langgraph.graph import END, START, StateGraph
 
-    from mai_graph.graph import route_after_extract, route_after_verify
+    from mai_graph.graph import Router, route_after_extract, route_after_verify
     from mai_graph.state import MAIState
+
+    edge = Router if routed else (lambda fn: fn)
 
     async def verify_(state):
         return {"route": "agree"} if route == "agree" else {}
@@ -110,6 +132,12 @@ def floor_graph(route):
     async def answer_(state):
         return {"route": "transfer"}
 
+    def replay(name):
+        async def node(state):
+            return dict(updates[name])
+
+        return node
+
     def policy(state):
         return "verify"
 
@@ -117,15 +145,19 @@ def floor_graph(route):
     for name, fn in (("prepare", noop), ("verify", verify_), ("baseline", noop),
                      ("reason", noop), ("extract", noop), ("sparsify", noop),
                      ("answer", answer_)):  # fmt: skip
+        if updates is not None and name in updates:
+            fn = replay(name)
         b.add_node(name, fn)
     b.add_edge(START, "prepare")
     b.add_conditional_edges(
-        "prepare", policy, {"verify": "verify", "baseline": "baseline", "reason": "reason"}
+        "prepare", edge(policy), {"verify": "verify", "baseline": "baseline", "reason": "reason"}
     )
     b.add_edge("baseline", END)
-    b.add_conditional_edges("verify", route_after_verify, {"done": END, "disagree": "reason"})
+    b.add_conditional_edges("verify", edge(route_after_verify), {"done": END, "disagree": "reason"})
     b.add_edge("reason", "extract")
-    b.add_conditional_edges("extract", route_after_extract, {"done": END, "transfer": "sparsify"})
+    b.add_conditional_edges(
+        "extract", edge(route_after_extract), {"done": END, "transfer": "sparsify"}
+    )
     b.add_edge("sparsify", "answer")
     b.add_edge("answer", END)
     return b.compile()
@@ -145,29 +177,44 @@ async def main(runs: int, rounds: int) -> None:
         "options": ["red", "blue", "green", "yellow"],
     }
     print(
-        f"{'route':<10} {'graph ms':>9} {'plain ms':>9} {'overhead ms':>12} {'ratio':>6}"
-        f" {'langgraph floor ms':>19}"
+        f"{'route':<10} {'graph ms':>9} {'plain ms':>9} {'floor ms':>9} {'writes ms':>10}"
+        f" {'graph/floor':>12} {'sync edges ms':>14}   where the graph's time goes"
     )
     for route, (small_table, large_table) in ROUTES.items():
         small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
         graph = create_mai_graph(small, large).compile()
         out = await graph.ainvoke(state, context=ctx)
-        ref = await plain(state, ctx, small, large)
+        updates = {}
+        ref = await plain(state, ctx, small, large, updates)
         assert out["route"] == ref["route"] == route, (out["route"], ref["route"])
-        floor = floor_graph(route)
-        g_times, p_times, f_times = [], [], []
+        floors = {
+            "floor": floor_graph(route),
+            "writes": floor_graph(route, updates=updates),
+            "sync": floor_graph(route, routed=False),
+        }
+        times = {name: [] for name in ("graph", "plain", *floors)}
         for _ in range(rounds):
-            f_times.append(await timed(lambda f=floor: f.ainvoke(state), runs))
-            g_times.append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
-            p_times.append(
+            times["floor"].append(await timed(lambda f=floors["floor"]: f.ainvoke(state), runs))
+            times["graph"].append(await timed(lambda g=graph: g.ainvoke(state, context=ctx), runs))
+            times["writes"].append(await timed(lambda f=floors["writes"]: f.ainvoke(state), runs))
+            times["plain"].append(
                 await timed(lambda s=small, l=large: plain(state, ctx, s, l), runs)  # noqa: E741
             )
-        g, p = statistics.median(g_times), statistics.median(p_times)
-        f = statistics.median(f_times)
+            times["sync"].append(await timed(lambda f=floors["sync"]: f.ainvoke(state), runs))
+        m = {name: statistics.median(ts) for name, ts in times.items()}
+        g, p, f, w = m["graph"], m["plain"], m["floor"], m["writes"]
+        rest = g - w - p
         print(
-            f"{route:<10} {g * 1e3:>9.3f} {p * 1e3:>9.3f} {(g - p) * 1e3:>12.3f} {g / p:>6.2f}"
-            f" {f * 1e3:>19.3f}"
+            f"{route:<10} {g * 1e3:>9.3f} {p * 1e3:>9.3f} {f * 1e3:>9.3f} {w * 1e3:>10.3f}"
+            f" {g / f:>11.2f}x {m['sync'] * 1e3:>14.3f}   floor {f / g:.0%}, its state"
+            f" writes {(w - f) / g:.0%}, the nodes' work {p / g:.0%}, the rest {rest / g:.0%}"
         )
+    print(
+        "floor: the same shape, nodes that do nothing; writes: those nodes returning the MAI"
+        " nodes' updates;\nsync edges: the floor with plain sync routers (LangGraph runs them in"
+        " a thread under ainvoke);\nthe rest: graph - writes - plain (the node wrapper, schemas,"
+        " the metrics reducer, noise)."
+    )
 
 
 @contextlib.contextmanager
