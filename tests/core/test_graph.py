@@ -363,3 +363,34 @@ def test_reused_thread_with_explicit_none_drops_the_old_image(png, saver):
     g.invoke({"question": "q2?", "options": None, "image": None}, cfg, context={})
     assert small.requests[0].image is not None and small.requests[1].image is None
     assert small.requests[1].choices is None
+
+
+@pytest.mark.parametrize("review", [False, True])
+async def test_edges_route_in_place_without_a_thread(review):
+    """An async run's routers (those reading the run's settings too) never leave the loop.
+
+    LangGraph runs a plain sync router in a thread of the default executor under ``ainvoke``;
+    the graph's routers are runnables evaluated in place, so a run makes no executor call.
+    """
+    small, large = pair({"short": "A", "cot": REASONING, "s2": "C"}, {"short": "B", "answer": "D"})
+    g = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
+    loop = asyncio.get_running_loop()
+    hops = []
+    real = loop.run_in_executor
+
+    def counted(executor, fn, *args):
+        hops.append(fn)
+        return real(executor, fn, *args)
+
+    loop.run_in_executor = counted  # type: ignore[method-assign]
+    try:
+        cfg = {"configurable": {"thread_id": f"edges-{review}"}}
+        state = {"question": "Which colour is the square?", "options": OPTIONS}
+        out = await g.ainvoke(state, cfg, context={"review": review})
+    finally:
+        loop.run_in_executor = real  # type: ignore[method-assign]
+    if review:  # the router read the run's settings: the run paused for review
+        assert "__interrupt__" in out and out.get("route") is None
+    else:
+        assert out["route"] == "transfer"
+    assert hops == []
