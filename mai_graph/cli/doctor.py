@@ -5,7 +5,9 @@ It checks, in order, and ends with a pass / fail table:
 1. the device (GPUs with their free memory, or vLLM's CPU build);
 2. the installed vLLM against the tested range and every engine internal mai-graph uses;
 3. the memory plan of the lineup (default: the trained tiny pair shipped with mai-graph);
-4. the engines, started one after the other (start-up time of each);
+4. the engines, started one after the other (start-up time of each), and per engine what it
+   asked vLLM for against what vLLM allocated: the memory mode, the share, the KV pool asked
+   and the blocks vLLM reported, and whether its workers are spawned (not forked);
 5. one run of every route, forced, on the real engines (the route taken must be the forced one),
    timed and measured as ``benchmarks/engines.py`` does, reduced: decode speeds, per-route
    latency against the large model reasoning by itself, concurrent vs sequential runs, the
@@ -111,7 +113,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             print(checks.table())
             return EXIT_FAILED
         plan_devices = devices or [host_device()]
-        plan = plan_memory(lineup, plan_devices, Workload.from_context(None))
+        # Hub ids not on this machine yet: their config files are fetched (a few KB), as the
+        # engines' start does; the weights are not.
+        plan = plan_memory(lineup, plan_devices, Workload.from_context(None), fetch=True)
         print(plan.table(), flush=True)
         ok = checks.add(
             "memory plan",
@@ -122,16 +126,49 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             print(checks.table())
             return EXIT_FAILED
         lineup = plan.apply(lineup)
+        kv_per_token = {e.label: e.kv_per_token for e in plan.engines}
+    else:
+        kv_per_token = {}
 
     small, large = lineup.build()
-    asyncio.run(_run_engines(small, large, checks, args))
+    asyncio.run(_run_engines(small, large, checks, args, kv_per_token))
     print()
     print(checks.table())
     print(f"\ndoctor: {'all checks passed' if checks.passed else 'some checks FAILED'}")
     return EXIT_OK if checks.passed else EXIT_FAILED
 
 
-async def _run_engines(small: Any, large: Any, checks: _Checks, args: argparse.Namespace) -> None:
+def _memory_check(role: str, backend: Any, kv_per_token: int | None, checks: _Checks) -> None:
+    """What the engine asked vLLM for against what vLLM allocated, and how workers start."""
+    report = backend.memory_report()
+    tokens = report["kv_tokens"]
+    asked = report["kv_cache_bytes"]
+    got = tokens * kv_per_token if tokens and kv_per_token else None
+    parts = [f"{report['platform']}, mode {report['memory_mode']}"]
+    if report["gpu_memory_utilization"] is not None:
+        parts.append(f"share {report['gpu_memory_utilization']:.3f}")
+    if asked:
+        parts.append(f"KV pool asked {asked / 2**30:.2f} GiB")
+    if tokens:
+        parts.append(
+            f"vLLM allocated {report['kv_blocks']:,} blocks x {report['block_size']} = "
+            f"{tokens:,} tokens" + (f" ({got / 2**30:.2f} GiB)" if got else "")
+        )
+    parts.append(f"workers start by {report['start_method']}")
+    # A fixed pool is what vLLM allocates, less at most one block per layer group of rounding.
+    ok = tokens is not None and report["start_method"] == "spawn"
+    if ok and asked and got:
+        ok = 0.9 * asked <= got <= asked
+    checks.add(f"memory {role}", ok, "; ".join(parts))
+
+
+async def _run_engines(
+    small: Any,
+    large: Any,
+    checks: _Checks,
+    args: argparse.Namespace,
+    kv_per_token: dict[str, int] | None = None,
+) -> None:
     from mai_graph.backends.base import ManagedBackend
     from mai_graph.backends.lifecycle import shutdown_backends
     from mai_graph.latency.bench import ROUTES, format_bench, measure
@@ -151,6 +188,8 @@ async def _run_engines(small: Any, large: Any, checks: _Checks, args: argparse.N
                 return
             took = time.perf_counter() - start
             checks.add(f"start {role}", True, f"{name}: started and warmed up in {took:.1f} s")
+            if hasattr(backend, "memory_report"):
+                _memory_check(role, backend, (kv_per_token or {}).get(role), checks)
         with tempfile.TemporaryDirectory() as tmp:
             image = await asyncio.to_thread(demo_image, Path(tmp) / "doctor.png")
             try:

@@ -69,6 +69,14 @@ vLLM 0.32 measures its own)."""
 MARGIN = 0.02
 """Share of each card left unplanned (fragmentation, other processes' small allocations)."""
 
+MIN_MARGIN_BYTES = 1 * GiB
+"""At least this much of each card is left unplanned: on a 16-24 GB card 2% is under half a
+GiB, less than the allocator's fragmentation and the workspaces (cuBLAS, the sampler's
+buffers) that are created after vLLM's profiling and so are not in its peak (an estimate)."""
+
+UNSEEN_BYTES = GiB // 4
+"""Per engine, outside its share: memory created lazily after vLLM profiled (an estimate)."""
+
 TEMPLATE_TOKENS = 96
 """Chat-template tokens of a prompt beside the question: system prompt, role markers,
 instructions (mai-graph's prompts are shorter than this)."""
@@ -76,12 +84,17 @@ instructions (mai-graph's prompts are shorter than this)."""
 S2_TURN_TOKENS = 48
 """The S2 extraction turn's own tokens (instruction and markers)."""
 
-DEFAULT_BATCHED_TOKENS = 8192
-"""``max_num_batched_tokens`` assumed when unset (vLLM's default depends on the card and the
-entry point; an assumption)."""
+DEFAULT_BATCHED_TOKENS = 2048
+"""``max_num_batched_tokens`` of an in-process ``AsyncLLM`` when unset: vLLM 0.32 gives its
+``ENGINE_CONTEXT`` no entry in ``EngineArgs.get_batch_defaults`` (only the ``LLM`` class and
+the API server get the larger per-card defaults), so ``SchedulerConfig.
+DEFAULT_MAX_NUM_BATCHED_TOKENS`` applies (``vllm/engine/arg_utils.py``,
+``vllm/config/scheduler.py``). The plan writes it into the engine's options, so the engine
+and the plan agree whatever the version."""
 
-DEFAULT_MAX_SEQS = 256
-"""``max_num_seqs`` assumed when unset (vLLM's usual default on GPU)."""
+DEFAULT_MAX_SEQS = 128
+"""``max_num_seqs`` of an in-process ``AsyncLLM`` when unset (``SchedulerConfig.
+DEFAULT_MAX_NUM_SEQS``, as above); written into the engine's options by the plan."""
 
 CPU_DEFAULT_MAX_MODEL_LEN = 4096
 """``VLLMBackend``'s default ``max_model_len`` (used as is on the CPU)."""
@@ -144,10 +157,24 @@ def probe_devices() -> list[Device]:
 
     Reads NVML (``nvidia-ml-py``, installed with vLLM), which does not initialize CUDA in this
     process; falls back to ``torch.cuda.mem_get_info`` where NVML is missing. Honours
-    ``CUDA_VISIBLE_DEVICES`` (indices are the visible ones, as vLLM's ``device_ids``).
+    ``CUDA_VISIBLE_DEVICES`` (indices are the visible ones, as vLLM's ``device_ids``), and sets
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the user chose an order (then warns).
     """
     import os
 
+    # NVML numbers cards by PCI bus; CUDA does so only with this order (its default is fastest
+    # first). Set before CUDA starts in this process, the plan's index i is vLLM's device i.
+    order = os.environ.get("CUDA_DEVICE_ORDER")
+    if not order:
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    elif order != "PCI_BUS_ID":
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "CUDA_DEVICE_ORDER=%s: the memory plan numbers cards in PCI bus order (NVML's), and "
+            "CUDA numbers them otherwise; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            order,
+        )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and not visible.strip():
         return []
@@ -269,6 +296,49 @@ class Workload:
         return max(read, self.reasoner_tokens(image_tokens))
 
 
+MEMORY_MODES = {
+    "kv_bytes": "a fixed KV pool (kv_cache_memory_bytes); the share is vLLM's start check only",
+    "share": "vLLM sizes the KV cache from the share minus its profiled peak (under vLLM 0.34 "
+    "with the extensible KV cache on CUDA)",
+    "kv_cache_gib": "vLLM's CPU build: a fixed KV pool of kv_cache_gib",
+}
+"""How an engine's KV cache is sized. The plan gives every engine it sizes a fixed pool:
+vLLM then neither charges another engine's start to this one's profile nor turns 0.34's
+extensible KV cache on (``vllm/config/vllm.py:_resolve_extensible_kv_cache``)."""
+
+
+def profiled_images(image_tokens: int, batched: int, max_seqs: int, per_prompt: int) -> int:
+    """Images vLLM 0.32 runs through the vision encoder at once when it profiles memory.
+
+    ``vllm/multimodal/encoder_budget.py:_get_max_items``: the encoder budget (at least
+    ``max_num_batched_tokens``, ``vllm/v1/core/encoder_cache_manager.py:
+    compute_mm_encoder_budget``) over the tokens of one image at the pixel cap, at most
+    ``max_num_seqs`` x images per prompt, at least one.
+
+    >>> profiled_images(16386, 2048, 128, 5), profiled_images(258, 2048, 128, 5)
+    (1, 7)
+    """
+    if image_tokens <= 0:
+        return 0
+    budget = max(batched, image_tokens)
+    return max(1, min(budget // image_tokens, max_seqs * max(1, per_prompt)))
+
+
+def user_kv_bytes(engine: Any) -> int | None:
+    """The KV pool an engine's options fix in bytes, or None.
+
+    ``kv_cache_memory_bytes`` (vLLM's) or ``kv_cache_gib`` (mai-graph's, in GiB).
+
+    >>> user_kv_bytes({"kv_cache_gib": 1.5}), user_kv_bytes({})
+    (1610612736, None)
+    """
+    if engine.get("kv_cache_memory_bytes") is not None:
+        return int(engine["kv_cache_memory_bytes"])
+    if engine.get("kv_cache_gib") is not None:
+        return int(float(engine["kv_cache_gib"]) * GiB)
+    return None
+
+
 @dataclass
 class EnginePlan:
     """One engine of the plan (byte figures are per device)."""
@@ -293,6 +363,16 @@ class EnginePlan:
     kept: tuple[str, ...] = ()
     """Options the user set that the plan kept."""
     notes: list[str] = field(default_factory=list)
+    batched_tokens: int = DEFAULT_BATCHED_TOKENS
+    """``max_num_batched_tokens`` the engine runs with (the plan sets it when unset)."""
+    max_seqs: int = DEFAULT_MAX_SEQS
+    """``max_num_seqs`` the engine runs with (the plan sets it when unset)."""
+    profiled_images: int = 1
+    """Images vLLM's start-up profile runs through the vision encoder at once."""
+    user_kv: int | None = None
+    """A KV pool the user fixed (``kv_cache_gib`` / ``kv_cache_memory_bytes``), bytes."""
+    memory_mode: str = "kv_bytes"
+    """How vLLM sizes this engine's KV cache (see :data:`MEMORY_MODES`)."""
 
     @property
     def fixed(self) -> int:
@@ -326,10 +406,12 @@ class MemoryPlan:
         return min((e.concurrent_runs for e in self.engines), default=0)
 
     def apply(self, lineup: LineupSpec) -> LineupSpec:
-        """``lineup`` with the planned shares and context lengths filled in.
+        """``lineup`` with the planned shares, KV pools and context lengths filled in.
 
-        Only ``gpu_memory_utilization`` / ``max_model_len`` the user left unset are filled (GPU
-        plans; a CPU plan changes nothing).
+        Only options the user left unset are filled (GPU plans; a CPU plan changes nothing):
+        ``gpu_memory_utilization``, ``max_model_len``, ``max_num_batched_tokens`` and
+        ``max_num_seqs`` (what the plan assumed), and ``kv_cache_memory_bytes`` for each engine
+        whose share the plan chose (memory mode ``kv_bytes``, :data:`MEMORY_MODES`).
         """
         if not self.fits:
             raise self.error()
@@ -345,6 +427,13 @@ class MemoryPlan:
                 update["gpu_memory_utilization"] = plan.gpu_memory_utilization
             if "max_model_len" not in spec.engine:
                 update["max_model_len"] = plan.max_model_len
+            # What the plan assumed is what the engine runs with (not the version's default).
+            if spec.engine.get("max_num_batched_tokens") is None:
+                update["max_num_batched_tokens"] = plan.batched_tokens
+            if spec.engine.get("max_num_seqs") is None:
+                update["max_num_seqs"] = plan.max_seqs
+            if plan.memory_mode == "kv_bytes" and plan.user_kv is None:
+                update["kv_cache_memory_bytes"] = plan.kv_pool
             if update:
                 lineup = lineup.replace(label, spec.with_engine(**update))
         return lineup
@@ -395,6 +484,7 @@ class MemoryPlan:
         header = (
             f"{'engine':<10} {'model':<34} {'dev':>4} {'weights':>8} {'activ.':>7} "
             f"{'KV pool':>8} {'KV/token':>9} {'run ctx':>8} {'max_len':>8} {share:>8} {'runs':>5}"
+            f" {'mode':<12}"
         )
         lines += ["", header, "-" * len(header)]
         for e in self.engines:
@@ -406,10 +496,12 @@ class MemoryPlan:
                 f"{e.label:<10} {model:<34} {','.join(map(str, e.devices)) or '-':>4} "
                 f"{gib(e.weights):>8} {gib(e.activation + e.graphs):>7} {gib(e.kv_pool):>8} "
                 f"{e.kv_per_token / 1024:>7.1f}Ki {e.run_tokens:>8,} {e.max_model_len:>8,} "
-                f"{value:>8} {e.concurrent_runs:>5}"
+                f"{value:>8} {e.concurrent_runs:>5} {e.memory_mode:<12}"
             )
         lines.append("(GiB per device; activation = estimated peak + CUDA graphs; runs = "
                      "concurrent MAI runs its KV pool holds)")  # fmt: skip
+        for mode in dict.fromkeys(e.memory_mode for e in self.engines):
+            lines.append(f"mode {mode}: {MEMORY_MODES[mode]}")
         for d in self.devices:
             if d.kind != "cuda":
                 continue
@@ -433,6 +525,15 @@ class MemoryPlan:
                 lines.append("fixes that make it fit:")
                 lines += [f"  - {f}" for f in self.fixes]
         return "\n".join(lines)
+
+
+def margin_bytes(total: int) -> int:
+    """What the plan leaves unplanned on a card of ``total`` bytes.
+
+    >>> margin_bytes(80 * GiB) / GiB, margin_bytes(16 * GiB) / GiB
+    (1.6, 1.0)
+    """
+    return max(int(MARGIN * total), MIN_MARGIN_BYTES)
 
 
 def _round_len(tokens: int, cap: int) -> int:
@@ -463,7 +564,12 @@ def _engine_plan(
         if role == "reasoner"
         else workload.reader_tokens(image_tokens)
     )
-    kept = tuple(k for k in ("gpu_memory_utilization", "max_model_len") if k in o)
+    kept = tuple(
+        k
+        for k in ("gpu_memory_utilization", "max_model_len", "kv_cache_gib",
+                  "kv_cache_memory_bytes", "max_num_batched_tokens", "max_num_seqs")
+        if o.get(k) is not None
+    )  # fmt: skip
     cap = shape.max_position_embeddings
     if "max_model_len" in o:
         max_len = int(o["max_model_len"])
@@ -475,7 +581,14 @@ def _engine_plan(
     seqs = int(o.get("max_num_seqs") or DEFAULT_MAX_SEQS)
     weights = math.ceil(shape.weights(dtype, quant) / tp)
     px = int(max_pixels) if max_pixels else None
-    activation = shape.vision_peak_bytes(px, dtype) + shape.text_peak_bytes(
+    limits = o.get("limit_mm_per_prompt") or {}
+    per_prompt = limits.get("image") if isinstance(limits, dict) else None
+    if not isinstance(per_prompt, int):
+        from mai_graph.inputs.limits import DEFAULT_MM_LIMITS
+
+        per_prompt = int(DEFAULT_MM_LIMITS.get("image", 1))
+    images = profiled_images(image_tokens, batched, seqs, per_prompt) if shape.is_vision else 0
+    activation = images * shape.vision_peak_bytes(px, dtype) + shape.text_peak_bytes(
         min(batched, max_len), seqs, dtype
     )
     eager = o.get("enforce_eager")
@@ -488,13 +601,20 @@ def _engine_plan(
         weights=weights,
         activation=0 if on_cpu else activation,
         graphs=graphs,
-        outside=0 if on_cpu else CUDA_CONTEXT_BYTES,
+        outside=0 if on_cpu else CUDA_CONTEXT_BYTES + UNSEEN_BYTES,
         kv_per_token=shape.kv_bytes_per_token(o.get("kv_cache_dtype"), tp),
         run_tokens=run,
         image_tokens=image_tokens,
         max_model_len=max_len,
         kept=kept,
+        batched_tokens=batched,
+        max_seqs=seqs,
+        profiled_images=images,
+        user_kv=user_kv_bytes(o),
+        memory_mode="kv_cache_gib" if on_cpu else "kv_bytes",
     )
+    if not on_cpu and "gpu_memory_utilization" in o and plan.user_kv is None:
+        plan.memory_mode = "share"
     if shape.weight_source == "config":
         plan.notes.append("weights counted from config.json (no safetensors files here)")
     return plan
@@ -584,9 +704,12 @@ def _check_context(plan: MemoryPlan, e: EnginePlan, shape: ModelShape) -> None:
 
 def _plan_cpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
     host = plan.devices[0]
-    for e, (_, spec) in zip(plan.engines, members):
-        gib = spec.engine.get("kv_cache_gib") or 1
-        e.kv_pool = max(1, round(gib)) * GiB  # as VLLMBackend sets VLLM_CPU_KVCACHE_SPACE
+    import os
+
+    env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    default = float(env) if env.replace(".", "", 1).isdigit() and float(env) > 0 else 1.0
+    for e in plan.engines:  # as VLLMBackend.kv_cache_bytes asks vLLM for it
+        e.kv_pool = e.user_kv if e.user_kv is not None else int(default * GiB)
         if e.kv_pool < e.min_kv:
             plan.problems.append(
                 f"{e.label} ({e.model}): a KV cache of {e.kv_pool / GiB:.0f} GiB holds "
@@ -619,17 +742,38 @@ def _plan_gpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
         if not on:
             continue
         total = d.total_bytes
-        budget = d.free_bytes - sum(e.outside for e in on) - int(MARGIN * total)
+        budget = d.free_bytes - sum(e.outside for e in on) - margin_bytes(total)
         fixed_user = [e for e in on if "gpu_memory_utilization" in e.kept]
-        auto = [e for e in on if e not in fixed_user]
         user_bytes = 0
+        for e in on:  # a KV pool the user fixed, without a share: the share covers it
+            if e in fixed_user or e.user_kv is None:
+                continue
+            share = math.ceil((e.fixed + e.user_kv) / total * 1000) / 1000
+            if e.gpu_memory_utilization is not None:  # spans several cards: the largest wins
+                share = max(share, e.gpu_memory_utilization)
+            e.gpu_memory_utilization = min(1.0, share)
+            e.kv_pool = e.user_kv
+            if e.kv_pool < e.min_kv:
+                plan.problems.append(
+                    f"{e.label} ({e.model}): its KV pool ({e.kv_pool / GiB:.2f} GiB) holds less "
+                    f"than one {e.max_model_len:,}-token sequence ({e.min_kv / GiB:.2f} GiB)"
+                )
+        sized = [e for e in on if e not in fixed_user and e.user_kv is not None]
+        user_bytes += sum(int((e.gpu_memory_utilization or 0) * total) for e in sized)
+        auto = [e for e in on if e not in fixed_user and e not in sized]
         for e, (_, spec) in zip(plan.engines, members):
             if e not in fixed_user:
                 continue
             share = float(spec.engine["gpu_memory_utilization"])
             e.gpu_memory_utilization = share
-            e.kv_pool = int(share * total) - e.fixed
+            e.kv_pool = int(share * total) - e.fixed if e.user_kv is None else e.user_kv
             user_bytes += int(share * total)
+            if e.user_kv is not None and e.fixed + e.user_kv > share * total:
+                plan.problems.append(
+                    f"{e.label} ({e.model}): gpu_memory_utilization={share} gives "
+                    f"{share * total / GiB:.2f} GiB on cuda:{d.index}, less than its weights, "
+                    f"activations and fixed KV pool ({(e.fixed + e.user_kv) / GiB:.2f} GiB)"
+                )
             if e.kv_pool < e.min_kv:
                 plan.problems.append(
                     f"{e.label} ({e.model}): gpu_memory_utilization={share} gives "
@@ -656,8 +800,8 @@ def _plan_gpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
                 f"cuda:{d.index} has {d.free_bytes / GiB:.2f} GiB free; the engines need "
                 f"{(need + user_bytes + sum(e.outside for e in on)) / GiB:.2f} GiB ({parts}"
                 f"{', user shares ' + format(user_bytes / GiB, '.2f') if user_bytes else ''}, "
-                f"{sum(e.outside for e in on) / GiB:.2f} CUDA contexts) with "
-                f"{MARGIN:.0%} kept free"
+                f"{sum(e.outside for e in on) / GiB:.2f} CUDA contexts and unprofiled "
+                f"workspaces) with {margin_bytes(total) / GiB:.2f} GiB kept free"
             )
             continue
         weight = sum(e.kv_per_token * e.run_tokens for e in auto) or 1
@@ -687,6 +831,7 @@ def _fixes(
     """Changes that make the plan fit, each tried; then the ones that always work."""
     members = _in_process(lineup)
     out: list[str] = []
+    fp8_weights = online_fp8_method()
 
     def fits(candidate: LineupSpec, work: Workload = workload) -> MemoryPlan | None:
         try:
@@ -737,18 +882,18 @@ def _fixes(
         if "quantization" not in big.engine:
             tried.append(
                 (
-                    f"fp8 weights for the {big_label} model: quantization=fp8",
-                    lineup.replace(big_label, big.with_engine(quantization="fp8")),
+                    f"fp8 weights for the {big_label} model: quantization={fp8_weights}",
+                    lineup.replace(big_label, big.with_engine(quantization=fp8_weights)),
                     workload,
                 )
             )
             combo = with_all(kv_cache_dtype="fp8", mm_processor_kwargs={"max_pixels": 1024 * unit})
             for label, _, spec in combo.members():
                 if label == big_label:
-                    combo = combo.replace(label, spec.with_engine(quantization="fp8"))
+                    combo = combo.replace(label, spec.with_engine(quantization=fp8_weights))
             tried.append((
-                f"all three: fp8 weights for the {big_label} model, fp8 KV cache, images capped "
-                f"at {1024 * unit:,} pixels",
+                f"all three: fp8 weights for the {big_label} model (quantization={fp8_weights}), "
+                f"an fp8 KV cache (kv_cache_dtype=fp8), images capped at {1024 * unit:,} pixels",
                 combo, replace(workload, max_pixels=1024 * unit),
             ))  # fmt: skip
     tried.append(
@@ -767,6 +912,21 @@ def _fixes(
         out.append("put the large model on a second GPU: device_ids=[1] for it")
     out.append("run the large model remotely: backend=openai with its vllm serve URL")
     return out
+
+
+def online_fp8_method() -> str:
+    """The name the installed vLLM gives online fp8 weight quantization of a bf16 checkpoint.
+
+    vLLM 0.32 deprecates ``quantization=fp8`` for that (mapped to ``fp8_per_tensor``); older
+    versions know only ``fp8``. Without vLLM here: the 0.32 name.
+    """
+    try:
+        from mai_graph.backends.vllm import _compat
+
+        methods = _compat.quantization_methods()
+    except Exception:  # noqa: BLE001 - no vLLM on this machine (a dry run): today's name
+        return "fp8_per_tensor"
+    return "fp8_per_tensor" if "fp8_per_tensor" in methods else "fp8"
 
 
 def plan_for_start(

@@ -64,8 +64,13 @@ def backend_for(
     timeout_s: float | None = None,
     retries: int | None = None,
     engine: Mapping[str, Any] | None = None,
+    plan: bool = True,
 ) -> Any:
     """One model's backend (a one-line :class:`~mai_graph.engines.spec.ModelSpec`).
+
+    An in-process vLLM model is planned as the only engine of its card (on a GPU: its share
+    and context); a second engine then cannot start beside it. Build engines that share a
+    card together (:func:`backends_for`, :func:`lineup_for`, :func:`build_lineup`).
 
     Args:
         kind: ``vllm``, ``transformers`` or ``openai`` (``fake`` pairs come from
@@ -79,6 +84,7 @@ def backend_for(
         retries: ``openai``: retries of a request that failed before its stream started
             (default :data:`DEFAULT_RETRIES`).
         engine: Engine options (checked for the kind; see ``ModelSpec.engine``).
+        plan: Run the memory plan (``False``: start the engine exactly as declared).
 
     Example:
         >>> backend_for("vllm", "Qwen/Qwen3-VL-2B-Instruct").name
@@ -95,7 +101,20 @@ def backend_for(
             fix="use backends_for('fake', None, None)",
         )
     spec = ModelSpec(model=model, backend=kind, url=url, engine=dict(engine or {}))  # type: ignore[arg-type]
-    return spec.build(role=role, api_key=api_key, timeout_s=timeout_s, retries=retries)
+    alone = False
+    if kind == "vllm" and plan:
+        from mai_graph.engines.plan import plan_for_start
+        from mai_graph.engines.spec import LineupSpec
+
+        given = "gpu_memory_utilization" in spec.engine
+        planned = plan_for_start(LineupSpec(backend="vllm", small=spec.checked("vllm", role)))
+        assert planned.small is not None
+        spec = planned.small
+        alone = not given and "gpu_memory_utilization" in spec.engine
+    backend = spec.build(role=role, api_key=api_key, timeout_s=timeout_s, retries=retries)
+    if alone:  # planned for the whole card: no second engine may start beside it on a GPU
+        backend._unplanned_share = True
+    return backend
 
 
 def lineup_spec(
@@ -198,8 +217,12 @@ def backends_for(
     timeout_s: float | None = None,
     retries: int | None = None,
     engines: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
+    plan: bool = True,
 ) -> tuple[Any, Any]:
     """The (small, large) backends; ``where`` names the model settings in error messages.
+
+    In-process vLLM engines are planned together (:func:`build_lineup`): on a GPU each gets
+    its share, KV pool and context, and they start in order before the first request.
 
     Each model's kind is its entry in ``kinds``, else ``openai`` when its URL is given, else
     ``kind``. So ``backends_for("vllm", small, large, urls=(None, url))`` runs the small model
@@ -216,6 +239,7 @@ def backends_for(
         timeout_s: Longest a remote request may take.
         retries: Retries of a remote request that failed before its stream started.
         engines: Engine options per model.
+        plan: Run the memory plan (``False``: start the engines exactly as declared).
 
     Example:
         >>> small, large = backends_for("vllm", "small-ckpt", "served-large",
@@ -225,7 +249,7 @@ def backends_for(
     """
     return lineup_for(
         kind, small, large, where=where, urls=urls, kinds=kinds, api_keys=api_keys,
-        timeout_s=timeout_s, retries=retries, engines=engines,
+        timeout_s=timeout_s, retries=retries, engines=engines, plan=plan,
     )  # fmt: skip
 
 
@@ -391,7 +415,7 @@ def lineup_for(
     names: tuple[str, str] = ("--drafter", "--larger"),
     where: str = "--small/--large",
     api_keys: tuple[str | None, str | None] = (None, None),
-    plan: bool = False,
+    plan: bool = True,
     context: Any = None,
     **settings: Any,
 ) -> tuple[Any, Any]:
@@ -401,7 +425,8 @@ def lineup_for(
     Without ``drafters`` and ``larger`` this is :func:`backends_for`; with them a side is a
     list (drafters, or the chain smallest first). ``names`` names the two settings in errors;
     ``settings`` are :func:`lineup_spec`'s (``urls``, ``kinds``, ``engines``, ``timeout_s``,
-    ``retries``, ...). ``plan``: run the memory plan first (see :func:`build_lineup`).
+    ``retries``, ...). ``plan``: run the memory plan first (see :func:`build_lineup`;
+    ``False``: start the engines exactly as declared).
 
     Raises:
         ConfigError: Added models with fake backends, or two models of the lineup with one

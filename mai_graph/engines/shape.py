@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,9 +40,12 @@ DTYPE_BYTES: Mapping[str, float] = {
     "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
     "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1,
     "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1, "F64": 8,
+    "fp8_per_token_head": 1, "int8_per_token_head": 1, "int4_per_token_head": 0.5,
+    "nvfp4": 0.5, "nvfp4_4over6": 0.5,
 }  # fmt: skip
 """Bytes per element by dtype name (torch names, vLLM ``dtype`` / ``kv_cache_dtype`` values,
-safetensors header codes)."""
+safetensors header codes). The per-token-head and 4-bit KV dtypes are vLLM 0.32's
+``CacheDType`` values (``vllm/config/cache.py``); their scales are not counted."""
 
 # Bytes per weight parameter under a quantization method (linear layers; embeddings and norms
 # stay in the model dtype). Approximate for the 4-bit methods (group scales add ~3%).
@@ -49,6 +53,8 @@ _QUANT_BYTES: Mapping[str, float] = {
     "fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "ptpc_fp8": 1.0, "compressed-tensors": 1.0,
     "awq": 0.53, "awq_marlin": 0.53, "gptq": 0.53, "gptq_marlin": 0.53, "bitsandbytes": 0.53,
     "gguf": 0.6, "experts_int8": 1.0, "mxfp4": 0.53, "modelopt_fp4": 0.53,
+    "fp8_per_tensor": 1.0, "fp8_per_block": 1.0, "fp8_per_channel": 1.0, "mxfp8": 1.0,
+    "modelopt_mxfp8": 1.0, "int8_per_channel_weight_only": 1.0, "nvfp4_per_token": 0.53,
 }  # fmt: skip
 
 # Qwen-VL image processors, when a folder has no preprocessor_config.json. Qwen3-VL: patch 16,
@@ -197,12 +203,42 @@ class ModelShape:
         return int(batched_tokens * per_token + max_seqs * self.vocab_size * 4)
 
 
-def find_model_dir(model: str) -> Path | None:
+BUNDLED = Path(__file__).parent / "configs"
+"""Config files (no weights) of the published models the docs name, shipped so that a plan for
+them works on a fresh machine offline; sources in ``configs/qwen3_vl/SOURCES.md``."""
+
+_BUNDLED_ID = re.compile(r"^Qwen/Qwen3-VL-(2B|4B|8B|32B)-(Instruct|Thinking)$")
+
+
+def bundled_config(model: str) -> Path | None:
+    """The shipped config folder of a published hub id (``Qwen/Qwen3-VL-8B-Instruct``), if any.
+
+    Instruct and Thinking checkpoints of one size share their architecture.
+
+    >>> bundled_config("Qwen/Qwen3-VL-8B-Instruct").name, bundled_config("Qwen/Other")
+    ('8B', None)
+    """
+    match = _BUNDLED_ID.match(model)
+    if match is None:
+        return None
+    folder = BUNDLED / "qwen3_vl" / match.group(1)
+    return folder if (folder / "config.json").is_file() else None
+
+
+def find_model_dir(model: str, *, bundled: bool = True) -> Path | None:
     """The local folder holding ``model``'s ``config.json``.
 
-    The path itself, or the Hugging Face cache's snapshot of a hub id; ``None`` when neither
-    is on this machine (nothing is downloaded).
+    The path itself, or the Hugging Face cache's snapshot of a hub id, else (``bundled``) the
+    config shipped for a published hub id (:func:`bundled_config`); ``None`` when none is on
+    this machine (nothing is downloaded).
     """
+    found = _local_model_dir(model)
+    if found is None and bundled:
+        found = bundled_config(model)
+    return found
+
+
+def _local_model_dir(model: str) -> Path | None:
     path = Path(model).expanduser()
     if (path / "config.json").is_file():
         return path
@@ -447,9 +483,10 @@ def read_shape(model: str, *, fetch: bool = False) -> ModelShape:
     Raises:
         ConfigError: Its ``config.json`` is not on this machine, or cannot be read.
     """
-    folder = find_model_dir(model)
+    # Engines about to start prefer the hub's own files (fetched) to the shipped copy.
+    folder = find_model_dir(model, bundled=not fetch)
     if folder is None and fetch:
-        folder = fetch_config(model)
+        folder = fetch_config(model) or bundled_config(model)
     if folder is None:
         where = (
             "on this machine, and it could not be fetched"

@@ -78,7 +78,7 @@ timeouts, 408 / 409 / 429 and 5xx answers), with exponential back-off."""
 _SPEC_KEYS = frozenset({"model", "name", "backend", "url", "api_key_env", "engine"})
 
 VLLM_OWN_OPTIONS: Mapping[str, str] = {
-    "kv_cache_gib": "CPU only: KV cache size in GiB per engine (VLLM_CPU_KVCACHE_SPACE)",
+    "kv_cache_gib": "KV cache size in GiB per engine (vLLM's kv_cache_memory_bytes, CPU and GPU)",
     "max_restarts": "how often a dead engine is started again (int >= 0)",
 }
 """Options of mai-graph's vLLM backend beside vLLM's own ``AsyncEngineArgs`` fields."""
@@ -497,6 +497,7 @@ class LineupSpec(BaseModel):
         lineup = self.checked(where)
         fakes: Any = None
         sides: dict[str, list[Any]] = {"small": [], "large": []}
+        group: Any = None  # the in-process engines start together, in order, on a GPU
         for role, spec in (("small", lineup.small), ("large", lineup.large)):
             if spec is None:  # a fake side (checked above)
                 if fakes is None:
@@ -513,6 +514,12 @@ class LineupSpec(BaseModel):
                 retries=lineup.request_retries,
                 where=label,
             )
+            if spec.kind(lineup.backend) == "vllm":
+                if group is None:
+                    from mai_graph.backends.vllm.startup import EngineGroup
+
+                    group = EngineGroup()
+                group.add(built)
             if label in ROLES:
                 sides[side].insert(0, built)
             else:

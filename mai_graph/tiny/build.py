@@ -229,8 +229,8 @@ def _qwen_processor(tokenizer: Any) -> Any:
     """A processor with Qwen3-VL's own settings.
 
     From its preprocessor_config.json and video_preprocessor_config.json
-    (tests/data/qwen3_vl/SOURCES.md): patch 16, merge 2, images of 65,536 to 16,777,216
-    pixels, videos sharing a 25,165,824-pixel budget.
+    (mai_graph/engines/configs/qwen3_vl/SOURCES.md): patch 16, merge 2, images of 65,536 to
+    16,777,216 pixels, videos sharing a 25,165,824-pixel budget.
     """
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor

@@ -16,7 +16,7 @@ from mai_graph.cli import EXIT_USAGE, main
 
 pytest.importorskip("vllm")
 
-DATA = Path(__file__).parents[1] / "data" / "qwen3_vl"
+DATA = Path(__file__).parents[2] / "mai_graph" / "engines" / "configs" / "qwen3_vl"
 S, L, D, XL = (str(DATA / s) for s in ("2B", "8B", "4B", "32B"))
 
 ENGINE_FLAGS = [

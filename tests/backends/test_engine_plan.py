@@ -1,4 +1,4 @@
-"""The memory plan on the real Qwen3-VL configs (tests/data/qwen3_vl, sources in SOURCES.md).
+"""The memory plan on the real Qwen3-VL configs (mai_graph/engines/configs/qwen3_vl).
 
 KV bytes per token are checked against vLLM's own computation (its ModelConfig reads the same
 config.json; its FullAttentionSpec prices a page), parameter counts against transformers
@@ -14,7 +14,7 @@ import pytest
 from mai_graph import ConfigError, LineupSpec, ModelSpec, PlanError
 from mai_graph.engines import Device, Workload, parse_size, plan_for_start, plan_memory, read_shape
 
-DATA = Path(__file__).parents[1] / "data" / "qwen3_vl"
+DATA = Path(__file__).parents[2] / "mai_graph" / "engines" / "configs" / "qwen3_vl"
 SIZES = ("2B", "4B", "8B", "32B")
 CARDS = ("16GB", "24GB", "40GB", "80GB", "141GB")
 PAIRS = (("2B", "8B"), ("4B", "8B"), ("2B", "4B"), ("8B", "32B"), ("2B", "32B"))
@@ -354,11 +354,22 @@ def test_engines_about_to_start_fetch_only_the_config_files(monkeypatch, tmp_pat
                                         "model.safetensors.index.json"}  # fmt: skip
     # A dry run never fetches.
     fetched.clear()
-    other = LineupSpec(backend="vllm", small=ModelSpec(model="Qwen/Qwen3-VL-4B-Instruct"),
-                       large=ModelSpec(model="Qwen/Qwen3-VL-32B-Instruct"))  # fmt: skip
+    other = LineupSpec(backend="vllm", small=ModelSpec(model="acme/Qwen3-VL-4B-Instruct"),
+                       large=ModelSpec(model="acme/Qwen3-VL-32B-Instruct"))  # fmt: skip
     with pytest.raises(ConfigError, match="nothing is downloaded"):
         plan_memory(other, card("80GB"))
     assert fetched == []
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError, match="could not be fetched"):
         plan_for_start(other, devices=card("80GB"))
+
+
+def test_published_models_plan_offline_from_the_shipped_configs(monkeypatch, tmp_path):
+    """`mai-graph plan` for the lineups the docs name works on a fresh machine, offline."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing downloaded
+    lineup = LineupSpec(backend="vllm", small=ModelSpec(model="Qwen/Qwen3-VL-2B-Instruct"),
+                        large=ModelSpec(model="Qwen/Qwen3-VL-8B-Thinking"))  # fmt: skip
+    plan = plan_memory(lineup, card("80GB"))
+    assert plan.fits and plan.engines[1].parameters == read_shape(str(DATA / "8B")).parameters
+    assert plan_for_start(lineup, devices=card("80GB")).small.engine["gpu_memory_utilization"]

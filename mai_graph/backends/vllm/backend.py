@@ -7,9 +7,11 @@ use the same engines. Prompts go in as token ids rendered with the model's chat 
 image goes as multimodal data with its pixel hash as the multimodal uuid, so the engine's
 processor and prefix caches key on content.
 
-Two engines on one GPU: give each a share of memory, e.g. Qwen3-VL-2B with
-``gpu_memory_utilization=0.25`` and -8B with ``0.6`` on an 80 GB card (the rest is headroom);
-on CPU the KV cache size is ``kv_cache_gib`` per engine.
+Two engines on one GPU: build them together (:func:`~mai_graph.engines.build_lineup`,
+``backends_for``): the memory plan gives each a share and a KV pool, and they start in order
+before the first request (:mod:`~mai_graph.backends.vllm.startup` says why). Engines built one
+by one need a ``gpu_memory_utilization`` each; a second engine without one is refused. On CPU
+the KV cache size is ``kv_cache_gib`` per engine.
 
 Faults: a prompt that does not fit the context (text plus image tokens) is refused before it is
 submitted. An engine whose core process dies fails its requests at once with a
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from mai_graph.backends.vllm.startup import EngineGroup
+
 __all__ = [
     "ENGINE_EXIT_GRACE_S",
     "ENGINE_LOOP",
@@ -82,6 +86,19 @@ RESTART_WINDOW_S = 600.0
 """Engine deaths are counted over this many seconds against ``max_restarts``."""
 
 _START_LOCK = threading.Lock()  # engines start one after the other
+
+CPU_BLOCK_SIZE = 32
+"""KV block size on vLLM's CPU build (its attention backend needs a multiple of 32)."""
+
+GPU_BLOCK_SIZE = 16
+"""KV block size on a GPU, set explicitly: prefix-cache hits are whole blocks, and vLLM 0.34's
+default of 64 (0.32: 16) would coarsen them fourfold."""
+
+
+def _forget(backend: VLLMBackend) -> None:
+    from mai_graph.backends.vllm.startup import forget
+
+    forget(backend)
 
 
 def _on_cpu() -> bool:
@@ -117,10 +134,14 @@ class VLLMBackend:
         model: Checkpoint path or hub id (``Qwen/Qwen3-VL-2B-Instruct``).
         name: Name in metrics (default: ``model``).
         gpu_memory_utilization: Share of GPU memory for this engine (on CPU: share of RAM
-            vLLM may plan with; default 0.05 on CPU, vLLM's default on GPU).
-        kv_cache_gib: CPU only: KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``), default 1.
+            vLLM may plan with). Default 0.05 on CPU; on a GPU 0.9 when the engine runs alone,
+            and a second engine without a share is refused (build engines together with
+            :func:`~mai_graph.engines.build_lineup` and the memory plan gives each its share).
+        kv_cache_gib: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``), on CPU and GPU;
+            on the CPU default ``VLLM_CPU_KVCACHE_SPACE`` or 1.
         max_model_len: Context length to reserve for (default 4096).
-        block_size: KV block size; prefix-cache hits are whole blocks (default: 32 on CPU).
+        block_size: KV block size; prefix-cache hits are whole blocks (default: 32 on CPU, 16 on
+            a GPU, set explicitly whatever vLLM's default).
         enforce_eager: Skip graph capture / compilation (default: True on CPU, where it cuts
             start-up by a minute).
         seed: Engine seed.
@@ -208,6 +229,19 @@ class VLLMBackend:
         self._deaths: list[float] = []
         self._death: str | None = None
         self._retired: weakref.WeakSet[AsyncLLM] = weakref.WeakSet()
+        self._dead_procs: list[Any] = []  # a dead engine's processes, until a restart saw them go
+        self._group: EngineGroup | None = None
+        """The lineup this engine starts with (see :class:`~mai_graph.backends.vllm.startup.
+        EngineGroup`); None: it starts on its own."""
+        self._unplanned_share = False
+        self._share: float | None = None  # the share the running engine started with
+        if kv_cache_gib is not None and "kv_cache_memory_bytes" in engine_kwargs:
+            raise ConfigError(
+                f"{self.name}: kv_cache_gib and kv_cache_memory_bytes both set the KV pool",
+                parameter="kv_cache_gib",
+                value=kv_cache_gib,
+                fix="give one of them (kv_cache_gib is in GiB)",
+            )
 
     @classmethod
     def from_engine(cls, engine: AsyncLLM, *, name: str | None = None) -> VLLMBackend:
@@ -230,12 +264,27 @@ class VLLMBackend:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def engine_args(self) -> Any:
-        """The ``AsyncEngineArgs`` this backend starts its engine with."""
+    def engine_args(self, share: float | None = None) -> Any:
+        """The ``AsyncEngineArgs`` this backend starts its engine with.
+
+        Every memory setting is explicit, so no vLLM default decides it (vLLM 0.34 moved the
+        share's default to 1.0 and the block size's to 64): the share (``share``, else the
+        option, else 0.05 on the CPU and :data:`~mai_graph.backends.vllm.startup.
+        SOLE_ENGINE_SHARE` on a GPU), the block size, and the KV pool when one is given
+        (``kv_cache_gib`` -> vLLM's ``kv_cache_memory_bytes``, on both platforms).
+
+        Raises:
+            ConfigError: ``skip_mm_profiling`` on a GPU without a fixed KV pool (vLLM would
+                hand the vision encoder's unmeasured peak to the KV cache).
+        """
         from vllm import AsyncEngineArgs
+
+        from mai_graph.backends.vllm.startup import SOLE_ENGINE_SHARE
 
         cpu = _on_cpu()
         o = self._options
+        if share is None:
+            share = o["gpu_memory_utilization"] or (0.05 if cpu else SOLE_ENGINE_SHARE)
         kwargs: dict[str, Any] = dict(
             model=self.model,
             max_model_len=o["max_model_len"],
@@ -243,15 +292,43 @@ class VLLMBackend:
             enable_prefix_caching=True,
             seed=o["seed"],
             limit_mm_per_prompt=dict(self.media_limits),
+            gpu_memory_utilization=share,
+            block_size=o["block_size"] or (CPU_BLOCK_SIZE if cpu else GPU_BLOCK_SIZE),
         )
-        if o["gpu_memory_utilization"] is not None or cpu:
-            kwargs["gpu_memory_utilization"] = o["gpu_memory_utilization"] or 0.05
-        if o["block_size"] is not None or cpu:
-            kwargs["block_size"] = o["block_size"] or 32
+        kv_bytes = self.kv_cache_bytes(cpu)
+        if kv_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = kv_bytes
         if os.environ.get("MAI_GRAPH_QUIET"):  # the CLI's quiet mode: no loading progress bars
             kwargs["use_tqdm_on_load"] = False
         kwargs.update(self._engine_kwargs)
+        if not cpu and kwargs.get("skip_mm_profiling") and not kwargs.get("kv_cache_memory_bytes"):
+            # vllm/v1/worker/gpu_worker.py:determine_available_memory sizes the KV cache from
+            # the profiled peak; without the vision encoder in it, that peak goes to the cache.
+            raise ConfigError(
+                f"{self.name}: skip_mm_profiling=True on a GPU leaves the vision encoder's "
+                "memory peak unmeasured, and vLLM would give that memory to the KV cache",
+                parameter="skip_mm_profiling",
+                value=True,
+                fix="drop skip_mm_profiling on a GPU (it is a CPU test setting), or fix the KV "
+                "pool yourself with kv_cache_gib (the memory plan does)",
+            )
         return AsyncEngineArgs(**kwargs)
+
+    def kv_cache_bytes(self, cpu: bool | None = None) -> int | None:
+        """The fixed KV pool this engine asks vLLM for (``kv_cache_memory_bytes``), if any.
+
+        ``kv_cache_gib`` on either platform; on the CPU, without it, the user's
+        ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or 1 GiB. ``None`` on a GPU without ``kv_cache_gib``
+        (vLLM sizes the pool from the share).
+        """
+        cpu = _on_cpu() if cpu is None else cpu
+        if self._engine_kwargs.get("kv_cache_memory_bytes") is not None:
+            return int(self._engine_kwargs["kv_cache_memory_bytes"])
+        gib = self._options["kv_cache_gib"]
+        if gib is None and cpu:
+            env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+            gib = float(env) if env.replace(".", "", 1).isdigit() and float(env) > 0 else 1
+        return None if gib is None else int(float(gib) * (1 << 30))
 
     @property
     def started(self) -> bool:
@@ -296,21 +373,75 @@ class VLLMBackend:
         """Build the engine into ``_engine`` (blocking; engines start one after the other).
 
         It stores the engine rather than returning it: an idle worker thread keeps its last
-        result alive, which would keep a shut-down engine until the interpreter exits.
+        result alive, which would keep a shut-down engine until the interpreter exits. The
+        process environment is read and written under the start lock only, so two engines
+        starting at once never see each other's settings.
         """
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if _on_cpu():
-            gib = self._options["kv_cache_gib"]
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(gib or 1)))
-        # The engine core waits this long for its worker to exit before signalling it (the
-        # engine core reads it at shutdown); within ENGINE_EXIT_GRACE_S, with room to spare.
-        os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
-        args = self.engine_args()
+        from mai_graph.backends.vllm import startup
+
+        cpu = _on_cpu()
         with _START_LOCK:
-            self._engine = AsyncLLM.from_engine_args(args)
+            startup.prepare_process()
+            # The engine core waits this long for its worker to exit before signalling it (the
+            # engine core reads it at shutdown); within ENGINE_EXIT_GRACE_S, with room to spare.
+            os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_EXIT_GRACE_S))
+            share = startup.check_share(self, self._options["gpu_memory_utilization"], cpu)
+            try:
+                args = self.engine_args(share=share)
+                self._share = float(args.gpu_memory_utilization)
+                # vllm/platforms/cpu.py:check_and_update_config lets VLLM_CPU_KVCACHE_SPACE
+                # override kv_cache_memory_bytes: the engine's own pool decides (the spawned
+                # core inherits the environment as it is now).
+                saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None) if cpu else None
+                try:
+                    self._engine = AsyncLLM.from_engine_args(args)
+                finally:
+                    if saved is not None:
+                        os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+            except BaseException:
+                startup.forget(self)
+                raise
+
+    def _devices(self) -> list[int]:
+        """The CUDA devices this engine uses (``device_ids``, else the first TP-size ones)."""
+        ids = self._engine_kwargs.get("device_ids")
+        if ids:
+            return [int(i) for i in ids]
+        return list(range(int(self._engine_kwargs.get("tensor_parallel_size") or 1)))
+
+    async def _after_death(self) -> None:
+        """Before a restart: the dead engine's processes gone and, on a GPU, its memory free.
+
+        vLLM's start check (``request_memory``) reads free memory once; a dead engine's CUDA
+        memory is released only when its processes have exited.
+        """
+        from mai_graph.backends.vllm import startup
+
+        procs, self._dead_procs = self._dead_procs, []
+        if procs:
+            left = await asyncio.to_thread(
+                startup.wait_for_exit, procs, ENGINE_EXIT_GRACE_S + 2 * REAP_GRACE_S
+            )
+            if left:
+                log.warning("%s: %d process(es) of the dead engine still run", self.name,
+                            len(left))  # fmt: skip
+        if not _on_cpu():
+            share = self._options["gpu_memory_utilization"] or startup.SOLE_ENGINE_SHARE
+            await asyncio.to_thread(startup.wait_for_memory, self._devices(), float(share))
 
     async def _start(self) -> None:
+        if self._alive():
+            return
+        group = self._group
+        if group is not None and group.in_order(_on_cpu()):
+            # A lineup on a GPU: every engine starts, in order, before any serves.
+            await group.start_all(lambda member: member._start_own())
+            return
+        await self._start_own()
+
+    async def _start_own(self) -> None:
         if self._alive():
             return
         if self._start_lock is None:
@@ -322,6 +453,7 @@ class VLLMBackend:
                 self._discard(self._engine, "while idle")
             if self._death is not None:
                 self._check_restart()
+                await self._after_death()
             try:  # off the event loop: starting an engine imports, reads files, waits on processes
                 await asyncio.to_thread(self._build_engine)
             except Exception as exc:
@@ -372,6 +504,8 @@ class VLLMBackend:
         self._deaths.append(time.monotonic())
         log.error("%s: the vLLM engine of %r died %s", self.name, self.model, when)
         procs, self._procs = self._procs, []
+        self._dead_procs = list(procs)
+        _forget(self)
         with contextlib.suppress(Exception):
             engine.shutdown(timeout=0)
         close_client(engine)
@@ -433,10 +567,33 @@ class VLLMBackend:
         engine, self._engine = self._engine, None
         procs = self._procs
         self._deaths, self._death, self._procs = [], None, []
+        _forget(self)
         if engine is None or not self._owns_engine:
             return
         self._retired.add(engine)
         stop_engine(engine, self._loop, procs, f"the vLLM engine of {self.model!r}")
+
+    def memory_report(self) -> dict[str, Any]:
+        """What this engine asked vLLM for, and what vLLM reported once it started.
+
+        ``platform``, ``memory_mode`` (``kv_bytes``: a fixed pool; ``share``: vLLM sizes it;
+        ``kv_cache_gib`` on the CPU), ``gpu_memory_utilization``, ``kv_cache_bytes`` asked,
+        ``kv_blocks`` x ``block_size`` = ``kv_tokens`` vLLM allocated (None before the start),
+        and the worker ``start_method``.
+        """
+        cpu = _on_cpu()
+        asked = self.kv_cache_bytes(cpu)
+        blocks, size = _compat.kv_cache_blocks(self._engine) if self._engine else (None, None)
+        return {
+            "platform": "cpu" if cpu else "cuda",
+            "memory_mode": "kv_cache_gib" if cpu else ("kv_bytes" if asked else "share"),
+            "gpu_memory_utilization": self._share,
+            "kv_cache_bytes": asked,
+            "kv_blocks": blocks,
+            "block_size": size,
+            "kv_tokens": blocks * size if blocks and size else None,
+            "start_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") or "fork (vLLM's)",
+        }
 
     def engine_processes(self) -> list[int]:
         """Process ids of the running engine's core process and its workers (empty if none)."""
