@@ -33,7 +33,15 @@ def test_a_moved_module_is_named(monkeypatch):
 
 @pytest.mark.parametrize(
     "version, ok",
-    [("0.32.0", True), ("0.32.5+cpu", True), ("0.31.9", False), ("0.33.0", False), ("1.0", False)],
+    [
+        ("0.32.0", True),
+        ("0.32.5+cpu", True),
+        ("0.31.9", False),
+        ("0.33.0", True),
+        ("0.34.2", True),
+        ("0.35.0", False),
+        ("1.0", False),
+    ],
 )
 def test_version_range(version, ok):
     assert (_compat.check_version(version) is None) is ok

