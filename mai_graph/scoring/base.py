@@ -17,6 +17,7 @@ __all__ = [
     "Selection",
     "TokenScorer",
     "must_keep",
+    "binding_partners",
     "select_tokens",
     "split_pieces",
     "word_groups",
@@ -25,6 +26,12 @@ __all__ = [
 _FORCE_LETTER = re.compile(r"^\(?[A-Z][.):]?$")
 _FORCE_WORD = re.compile(r"\d|^(?:not|no|never|none|neither|nor|cannot|\w+n't)$", re.IGNORECASE)
 _PIECE = re.compile(r"\s*\S+|\s+")
+_CLAUSE_END = re.compile(r"[.,;:!?]$")
+BIND_WINDOW = 2
+"""How many words on each side of a kept value (inside its clause) may be what it binds to."""
+SHORT_CLAUSE = 5
+"""A clause of at most this many words is kept whole with a value in it (a list item, a
+fact: ``I count red 3``, ``r1c2 red right``, ``So r2c3 is green``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,67 @@ def word_groups(tokens: Sequence[str]) -> list[list[int]]:
     return groups
 
 
+def binding_partners(
+    texts: Sequence[str], scores: Sequence[float], u: int, skip: Collection[int] = ()
+) -> tuple[int, ...]:
+    """The units a value at unit ``u`` is the value of: what must be kept along with it.
+
+    A count without its colour, a cell without what is in it, a "not" without what it
+    negates carries nothing. A short clause (clauses end at ``. , ; : ! ?``; at most
+    :data:`SHORT_CLAUSE` words) is kept whole. In a longer one the partner is the word, among
+    the :data:`BIND_WINDOW` nearest words on each side that are not in ``skip`` (other values;
+    at most twice that many words away), with the best score per distance (``score /
+    distance``; the nearer word on a tie). When the best of each side tie, both are partners
+    (nothing tells which one the value belongs to). Empty when the clause has no such word.
+
+    >>> words = ["I", " count", " red", " 3,", " green", " 0."]
+    >>> binding_partners(words, [0.1, 0.1, 1.0, 2.0, 1.0, 2.0], 3)
+    (0, 1, 2)
+    >>> words = ["So", " we", " have", " red", " 3", " >", " blue", " 2."]
+    >>> binding_partners(words, [0.1, 0.1, 0.1, 1.0, 2.0, 0.5, 1.0, 2.0], 4)
+    (3,)
+    >>> binding_partners(words, [0.1, 0.1, 0.1, 1.0, 2.0, 0.5, 1.0, 2.0], 7, skip={4})
+    (6,)
+    >>> binding_partners(["Answer:", " 3"], [0.5, 2.0], 1)
+    ()
+    """
+    lo = u  # the clause, looked for no further than a short clause reaches
+    while lo > 0 and u - lo < SHORT_CLAUSE and not _CLAUSE_END.search(texts[lo - 1].rstrip()):
+        lo -= 1
+    hi = u
+    while (hi < len(texts) - 1 and hi - u < SHORT_CLAUSE
+           and not _CLAUSE_END.search(texts[hi].rstrip())):  # fmt: skip
+        hi += 1
+    closed = (lo == 0 or _CLAUSE_END.search(texts[lo - 1].rstrip())) and (
+        hi == len(texts) - 1 or _CLAUSE_END.search(texts[hi].rstrip())
+    )
+    words = [v for v in range(lo, hi + 1) if texts[v].strip()]
+    if closed and len(words) <= SHORT_CLAUSE:
+        return tuple(v for v in words if v != u)
+    best: list[tuple[float, int, int]] = []
+    for step in (-1, 1):
+        side: tuple[float, int, int] | None = None
+        seen, v = 0, u
+        while seen < BIND_WINDOW and abs(v - u) < 2 * BIND_WINDOW:
+            if step < 0 and (v == 0 or _CLAUSE_END.search(texts[v - 1].rstrip())):
+                break
+            if step > 0 and (v == len(texts) - 1 or _CLAUSE_END.search(texts[v].rstrip())):
+                break
+            v += step
+            if v in skip or not texts[v].strip():
+                continue
+            seen += 1
+            key = (scores[v] / abs(v - u), -abs(v - u), v)
+            if side is None or key[:2] > side[:2]:
+                side = key
+        if side is not None:
+            best.append(side)
+    if not best:
+        return ()
+    top = max(k[:2] for k in best)
+    return tuple(k[2] for k in best if k[:2] == top)
+
+
 def _check(tokens: Sequence[str], scores: Sequence[float], keep_ratio: float) -> None:
     if len(tokens) != len(scores):
         raise ConfigError(
@@ -201,8 +269,18 @@ def select_tokens(
         budget = min(budget, max_tokens)
     letter_set = None if letters is None else frozenset(letters)
     forced = [u for u in by_score if _forced(texts[u], letter_set)] if force_keep else []
+    if forced and whole_words:  # each value word with the word it is the value of
+        values = set(forced)
+        bound = []
+        for u in forced:  # the value, then its partners and the words between them
+            ps = binding_partners(texts, unit_score, u, values)
+            span = range(min(u, *ps), max(u, *ps) + 1) if ps else ()
+            bound += [u, *(w for w in span if w != u)]
+        forced = bound
     kept: set[int] = set()
     for u in forced:
+        if units[u][0] in kept:
+            continue
         if max_tokens is not None and len(kept) + len(units[u]) > max_tokens:
             continue
         kept.update(units[u])

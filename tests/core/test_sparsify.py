@@ -12,6 +12,7 @@ from mai_graph.scoring import (
     ReasoningInput,
     RelevanceScorer,
     SurprisalScorer,
+    binding_partners,
     must_keep,
     select_tokens,
     split_pieces,
@@ -69,6 +70,76 @@ def test_word_grouping_keeps_whole_words():
     sel = select_tokens(tokens, scores, 0.1, whole_words=True, force_keep=False)
     assert sel.kept == (1, 2)
     assert "".join(tokens[i] for i in sel.kept) == " square"
+
+
+def _kept_text(tokens, sel):
+    return "".join(tokens[i] for i in sel.kept).strip()
+
+
+def _value_scores(tokens, colour=1.0):
+    """Scores that favour numbers and cells (what a surprisal scorer does on counts): the
+    words naming what the values are of score lower, the template words lowest."""
+    words = {"red", "green", "blue", "yellow", "purple", "left", "right", "up", "down"}
+    out = []
+    for t in tokens:
+        w = t.strip().strip(".,:")
+        out.append(3.0 if any(ch.isdigit() for ch in w) else colour if w in words else 0.1)
+    return out
+
+
+def test_a_kept_count_keeps_its_colour():
+    """The issue's case: 20% of a counting reasoning kept '0, 0, 3, 3, 1. 3 1 2. 2'; every
+    count must keep the colour it counts."""
+    text = "I count red 3, green 0, blue 2, yellow 1, purple 0. So red 3 > blue 2. Answer: 2"
+    tokens = split_pieces(text)
+    sel = select_tokens(tokens, _value_scores(tokens), 0.2, whole_words=True, letters=())
+    kept = _kept_text(tokens, sel)
+    assert "red 3, green 0, blue 2, yellow 1, purple 0." in kept
+    assert "red 3 > blue 2." in kept or "red 3 blue 2." in kept
+    for i in sel.kept:  # no count without the colour word right before it
+        if tokens[i].strip(" .,").isdigit() and tokens[i - 1].strip() != "Answer:":
+            assert i - 1 in sel.kept, kept
+
+
+def test_a_kept_cell_keeps_what_is_in_it():
+    text = ("I see r1c2 red right, r1c3 blue down, r2c3 green left. Start r1c2 red right. "
+            "Next r1c3 blue down. Next r2c3 green. Answer: green")  # fmt: skip
+    tokens = split_pieces(text)
+    sel = select_tokens(
+        tokens, _value_scores(tokens, colour=0.5), 0.2, whole_words=True, letters=()
+    )
+    kept = _kept_text(tokens, sel).split()
+    for cell in ("r1c2", "r1c3", "r2c3"):
+        for i, w in enumerate(kept):
+            if w.strip(".,") == cell:
+                assert kept[i + 1].strip(".,") in {"red", "blue", "green"}, kept
+
+
+def test_binding_respects_clauses_and_splits_words_into_pieces():
+    # a value at the start of its clause binds forward, never across the comma
+    assert binding_partners(["red", " 3,", " 4", " green"], [1, 2, 2, 1], 2, skip={1, 2}) == (3,)
+    assert binding_partners(["Answer:", " 3"], [1.0, 2.0], 1) == ()
+    # a partner two words away keeps the word between: the phrase stays readable
+    tokens = split_pieces("Then the arrow at r2c3 is green here.")
+    sel = select_tokens(tokens, [0.1, 0.1, 0.2, 0.1, 3.0, 0.1, 1.0, 0.1], 0.1,
+                        whole_words=True, letters=())  # fmt: skip
+    assert _kept_text(tokens, sel) == "r2c3 is green"
+    # a short clause (a list item, a fact) goes whole with its value
+    tokens = split_pieces("I see r1c3 yellow down, r2c2 red up.")
+    sel = select_tokens(tokens, [0, 0.5, 3, 0, 0, 3, 0, 0], 0.1, whole_words=True, letters=())
+    assert _kept_text(tokens, sel) == "I see r1c3 yellow down, r2c2 red up."
+    # pieces of one word are one unit: " purp" "le" goes whole with its count
+    tokens = ["So", " we", " have", " counted", " purp", "le", " 4", "."]
+    scores = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1, 3.0, 0.0]
+    sel = select_tokens(tokens, scores, 0.1, whole_words=True, letters=())
+    assert _kept_text(tokens, sel) == "purple 4."
+    # a negation keeps what it negates
+    tokens = split_pieces("The square on the left is not red at all.")
+    scores = [0.1, 0.5, 0.1, 0.1, 0.1, 0.1, 0.0, 0.9, 0.1, 0.1]
+    sel = select_tokens(tokens, scores, 0.1, whole_words=True)
+    assert _kept_text(tokens, sel) == "not red"
+    # token-level selection (whole_words off) keeps exact ratios: no binding there
+    assert select_tokens([" 1", " 2", " 3", " 4", "a"], [0, 0, 0, 0, 9], 0.2).kept == (0, 1, 2, 3)
 
 
 def test_keep_mass_takes_the_fewest_top_tokens_covering_the_mass():
