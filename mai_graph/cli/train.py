@@ -42,8 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--task", default="v1", choices=["v1", "v2"],
-        help="v1: the first pair's task; v2: compositional questions where reasoning helps",
+        "--task", default="v1", choices=["v1", "v2", "v3"],
+        help="v1: the first pair's task; v2: compositional questions where reasoning helps; "
+        "v3: arrows to follow, where the large model needs reasoning",
     )  # fmt: skip
     p.add_argument("--heldout", type=int, default=1000, help="held-out items to score")
     p.add_argument("--heldout-seed", type=int, default=1000, help="seed of the held-out items")

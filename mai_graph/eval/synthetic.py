@@ -26,6 +26,24 @@ template            question                                                    
 ``tallest_any``     Which bar is tallest?  (options: bar colours, shuffled)           choice
 ==================  ================================================================  ========
 
+Task ``v3`` (``TASKS["v3"]``) needs several sequential steps over things seen. Each occupied
+cell of the 4x4 grid holds an arrow (a triangle pointing up, down, left or right) of a colour;
+cells are named ``r{row}c{column}`` from ``r1c1`` (top left) to ``r4c4``:
+
+==============  ==================================================================  ========
+template        question                                                            kind
+==============  ==================================================================  ========
+``colour_at``   What colour is the arrow at r2c3?                                   text
+``way``         Which way does the red arrow point?  (options: the four ways)       choice
+``follow``      Start at the red arrow and follow 3 arrows. What colour do you      text
+                reach?  (2 to 4 arrows)
+==============  ==================================================================  ========
+
+A ``follow`` scene holds a path: the start arrow points at the next cell's arrow, and so on
+for k hops; 1 to 3 other arrows point anywhere. The start colour is unique in the picture;
+``way`` asks about a colour that is unique too. One lookup answers ``colour_at`` and ``way``;
+``follow`` takes k + 1 lookups, each depending on the one before.
+
 Its scenes hold 3 to 9 shapes in 2 to 4 colours; option order never follows the picture's
 layout (no position shortcut). Shapes (circle, square, triangle) sit in the cells of a 4x4
 grid; bar charts have 3 or 4 bars of distinct colours and heights. Templates take turns, so
@@ -47,12 +65,14 @@ from mai_graph.errors import ConfigError, check_int
 
 __all__ = [
     "COLOURS",
+    "DIRECTIONS",
     "SHAPES",
     "TASKS",
     "TEMPLATES",
     "SyntheticItem",
     "draw_item",
     "make_synthetic",
+    "cell_name",
     "task_of",
 ]
 
@@ -70,8 +90,14 @@ TEMPLATES = ("count", "colour", "exists", "tallest", "bars")
 TASKS: dict[str, tuple[str, ...]] = {
     "v1": TEMPLATES,
     "v2": ("colour_count", "compare", "difference", "most", "tallest_any"),
+    "v3": ("colour_at", "follow", "way"),
 }
-"""The task's templates by task name: ``v1`` (the first trained pair's), ``v2`` (compositional)."""
+"""The task's templates by task name: ``v1`` (the first trained pair's), ``v2`` (compositional),
+``v3`` (arrows to follow: sequential steps)."""
+DIRECTIONS = ("up", "down", "left", "right")
+"""The ways a ``v3`` arrow points."""
+STEP = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+"""Row and column change of one step in each direction."""
 GRID = 4
 
 
@@ -101,7 +127,8 @@ class SyntheticItem:
     """``question``, ``answer``, ``kind`` and, for choices, ``options`` (as in ``data.jsonl``)."""
     template: str
     scene: tuple[tuple[Any, ...], ...]
-    """Shapes: ``(shape, colour, cell)`` in drawing order (cell = row * 4 + column); charts:
+    """Shapes: ``(shape, colour, cell)`` in drawing order (cell = row * 4 + column); arrows
+    (task v3): ``(direction, colour, cell)``, the path first (in order), then the others; charts:
     ``(colour, height)`` per bar, left to right (height in tenths of the plot)."""
 
 
@@ -146,7 +173,7 @@ def make_synthetic(
         seed: Same seed, same images and questions.
         size: Image side in pixels, :data:`MIN_SIZE` to :data:`MAX_SIZE`.
         templates: Which templates to use, taking turns (default: the task's).
-        task: ``v1`` or ``v2`` (see :data:`TASKS`); ``templates`` may pick among any.
+        task: ``v1``, ``v2`` or ``v3`` (see :data:`TASKS`); ``templates`` may pick among any.
 
     Returns:
         The path of ``data.jsonl``.
@@ -424,6 +451,124 @@ def _tallest_any(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], li
     return img, row, list(zip(colours, heights))
 
 
+def cell_name(cell: int) -> str:
+    """The name of a grid cell (``row * 4 + column``, from 0) in questions and reasoning.
+
+    >>> cell_name(0), cell_name(6), cell_name(15)
+    ('r1c1', 'r2c3', 'r4c4')
+    """
+    row, col = divmod(cell, GRID)
+    return f"r{row + 1}c{col + 1}"
+
+
+def target_cell(cell: int, direction: str) -> int | None:
+    """The cell an arrow in ``cell`` points at (None: off the grid).
+
+    >>> target_cell(0, "right"), target_cell(0, "up"), target_cell(5, "down")
+    (1, None, 9)
+    """
+    row, col = divmod(cell, GRID)
+    dr, dc = STEP[direction]
+    row, col = row + dr, col + dc
+    return row * GRID + col if 0 <= row < GRID and 0 <= col < GRID else None
+
+
+def _draw_arrow(draw: Any, direction: str, box: tuple[int, int, int, int], fill: Any) -> None:
+    x0, y0, x1, y1 = box
+    mx, my = (x0 + x1) // 2, (y0 + y1) // 2
+    tips = {
+        "up": [(mx, y0), (x1, y1), (x0, y1)],
+        "down": [(mx, y1), (x0, y0), (x1, y0)],
+        "left": [(x0, my), (x1, y0), (x1, y1)],
+        "right": [(x1, my), (x0, y1), (x0, y0)],
+    }
+    draw.polygon(tips[direction], fill=fill)
+
+
+def _arrow_scene(
+    rng: random.Random, size: int, hops: int
+) -> tuple[Any, list[tuple[str, str, int]]]:
+    """A path of ``hops`` arrows (each pointing at the next cell's arrow) and 1 to 3 others.
+
+    The path's first arrow has a colour no other arrow has. Returns the picture and
+    ``(direction, colour, cell)`` per arrow, the path first, in order.
+    """
+    from PIL import ImageDraw
+
+    while True:  # a self-avoiding walk of ``hops`` steps
+        cells = [rng.randrange(GRID * GRID)]
+        ways: list[str] = []
+        while len(cells) <= hops:
+            moves = [
+                (d, t) for d in DIRECTIONS
+                if (t := target_cell(cells[-1], d)) is not None and t not in cells
+            ]  # fmt: skip
+            if not moves:
+                break
+            d, t = rng.choice(moves)
+            ways.append(d)
+            cells.append(t)
+        if len(cells) == hops + 1:
+            break
+    last = [d for d in DIRECTIONS if target_cell(cells[-1], d) is not None]
+    ways.append(rng.choice(last))
+    free = [c for c in range(GRID * GRID) if c not in cells]
+    others = rng.sample(free, rng.randint(1, 3))
+    for c in others:
+        cells.append(c)
+        ways.append(rng.choice([d for d in DIRECTIONS if target_cell(c, d) is not None]))
+    start = rng.choice(list(COLOURS))
+    colours = [start] + [rng.choice([c for c in COLOURS if c != start]) for _ in cells[1:]]
+    img = _canvas(size)
+    draw = ImageDraw.Draw(img)
+    side = size // GRID
+    pad = max(2, side // 6)
+    placed = []
+    for cell, way, colour in zip(cells, ways, colours):
+        row, col = divmod(cell, GRID)
+        box = (col * side + pad, row * side + pad, (col + 1) * side - pad, (row + 1) * side - pad)
+        _draw_arrow(draw, way, box, COLOURS[colour])
+        placed.append((way, colour, cell))
+    return img, placed
+
+
+def _colour_at(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    img, placed = _arrow_scene(rng, size, rng.randint(1, 3))
+    _, colour, cell = rng.choice(placed)
+    row = {
+        "question": f"What colour is the arrow at {cell_name(cell)}?",
+        "answer": colour,
+        "kind": "text",
+    }
+    return img, row, placed
+
+
+def _way(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    img, placed = _arrow_scene(rng, size, rng.randint(1, 3))
+    unique = [a for a in placed if sum(1 for b in placed if b[1] == a[1]) == 1]
+    way, colour, _ = rng.choice(unique)  # the start arrow's colour is always unique
+    options = {chr(ord("A") + i): d for i, d in enumerate(rng.sample(DIRECTIONS, 4))}
+    row = {
+        "question": f"Which way does the {colour} arrow point?",
+        "options": options,
+        "answer": next(k for k, d in options.items() if d == way),
+        "kind": "choice",
+    }
+    return img, row, placed
+
+
+def _follow(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    hops = rng.randint(2, 4)
+    img, placed = _arrow_scene(rng, size, hops)
+    row = {
+        "question": f"Start at the {placed[0][1]} arrow and follow {hops} arrows. "
+        "What colour do you reach?",
+        "answer": placed[hops][1],
+        "kind": "text",
+    }
+    return img, row, placed
+
+
 _DRAW = {
     "count": _count,
     "colour": _colour,
@@ -435,4 +580,7 @@ _DRAW = {
     "difference": _difference,
     "most": _most,
     "tallest_any": _tallest_any,
+    "colour_at": _colour_at,
+    "way": _way,
+    "follow": _follow,
 }

@@ -7,17 +7,20 @@ vLLM CPU engines (every branch of the MAI runs recorded, the transfer answered f
 from the masked reasoning), the multiple-choice items again under CircularEval, and checks:
 
 - ``small_cot`` at least 5 points above the small model's short answer, ``large_cot`` 5 above
-  the large model's;
+  the large model's (8 and 8 for task v3);
 - CircularEval accuracy within 5 points of plain accuracy, for both models (no position
   shortcut);
 - on the items whose short answers disagree, the large model's answer after the transfer at
   least 10 points above its own short answer, and 5 with the small model's stated final answer
   masked;
 - MAI within 1 point of ``large_cot`` at a mean latency at least 3x lower (the paper's claim
-  measured on a toy pair, on a CPU).
+  measured on a toy pair, on a CPU); for task v3 also at least 3 points above the large
+  model's short answer.
 
-``mai-graph train-pair --task v2`` runs it after training (``--eval-items``); the numbers go into
-the manifest, failed gates included.
+The thresholds per task are :data:`TRANSFER_GATES`.
+
+``mai-graph train-pair --task v2`` (or ``v3``) runs it after training (``--eval-items``); the
+numbers go into the manifest, failed gates included.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TransferGates", "check_transfer_gates", "evaluate_pair", "summary"]
+__all__ = [
+    "TRANSFER_GATES",
+    "TransferGates",
+    "check_transfer_gates",
+    "evaluate_pair",
+    "summary",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,16 @@ class TransferGates:
     masked_gain: float = 0.05
     mai_vs_large_cot: float = 0.01
     speedup: float = 3.0
+    mai_over_large: float | None = None
+    """MAI at least this far above the large model's short answer (None: no such gate)."""
+
+
+TRANSFER_GATES: dict[str, TransferGates] = {
+    "v2": TransferGates(),
+    "v3": TransferGates(cot_gain=0.08, mai_over_large=0.03),
+}
+"""The thresholds per task. Task v3 (issue 36) asks more of reasoning: each model's reasoning
+8 points above its short answer, and MAI 3 points above the large model's short answer."""
 
 
 def evaluate_pair(
@@ -142,6 +161,13 @@ def check_transfer_gates(
         f"{1000 * mai['latency_s']['mean']:.0f} ms vs {1000 * cot['latency_s']['mean']:.0f} ms "
         f"({speedup:.2f}x)",
     ))  # fmt: skip
+    if gates.mai_over_large is not None:
+        gain = acc["mai"] - acc["large"]
+        out.append((
+            f"MAI >= large + {100 * gates.mai_over_large:.0f} points",
+            gain >= gates.mai_over_large - 1e-9,
+            f"MAI {_pts(acc['mai'])} vs large {_pts(acc['large'])} ({100 * gain:+.1f})",
+        ))  # fmt: skip
     return out
 
 

@@ -23,6 +23,12 @@ Task ``v2`` (the second pair's) asks compositional questions; its reasoning coun
 colour in a fixed order, then concludes from the counts, e.g. ``I count red 3, green 0, blue 2,
 yellow 1, purple 0. So red 3 > blue 2. Answer: yes`` (about thirty tokens).
 
+Task ``v3`` (the third pair's) asks about arrows in a grid; its reasoning first lists every
+arrow in reading order (cell, colour, way), then takes the steps the question needs, each one
+checkable against the picture, e.g. ``I see r1c2 red right, r1c3 blue down, r2c3 green left,
+r3c4 purple up. Start r1c2 red right. Next r1c3 blue down. Next r2c3 green. Answer: green``
+(a fifty-token chain for four hops; one-step questions end ``So r2c3 is green. Answer: green``).
+
 Shapes are listed in reading order (row by row). The answer-extraction turn (S2) answers what
 the reasoning concludes; the large model's transfer prompt shows it a sparsified reasoning that
 is sometimes wrong, and it learns to answer the truth (see :func:`transfer_hint`).
@@ -39,7 +45,17 @@ from mai_graph.answers import AnswerKind
 from mai_graph.backends.render import render
 from mai_graph.calls import Question, answer_request, cot_request, s2_request, short_request
 from mai_graph.context import MAIContext
-from mai_graph.eval.synthetic import COLOURS, SHAPES, TEMPLATES, SyntheticItem, draw_item, task_of
+from mai_graph.eval.synthetic import (
+    COLOURS,
+    DIRECTIONS,
+    SHAPES,
+    TEMPLATES,
+    SyntheticItem,
+    cell_name,
+    draw_item,
+    target_cell,
+    task_of,
+)
 from mai_graph.inputs.images import ImageRef
 from mai_graph.scoring.base import must_keep, select_tokens, split_pieces
 from mai_graph.scoring.mask import answer_statement
@@ -81,6 +97,7 @@ CONTEXT = MAIContext()
 
 _PLACEHOLDER = cast(ImageRef, {"path": "-", "sha256": "0" * 64, "width": 1, "height": 1})
 _CONTENT = set(COLOURS) | set(SHAPES) | {"yes", "no", ">", "<", "=", "-", "most"}
+_CONTENT |= set(DIRECTIONS) | {cell_name(c) for c in range(16)}
 
 
 @dataclass(frozen=True)
@@ -128,7 +145,8 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
 
     count: 1 of 8; colour: 1 of 5; exists: 1 of 2; tallest: 1 of 3 or 4 options (mean);
     bars: 1 of 2 (3 or 4). Task v2: colour_count 1 of 10 (0 to 9), compare 1 of 2, difference
-    1 of 8 (1 to 8), most and tallest_any 1 of 3 or 4 options.
+    1 of 8 (1 to 8), most and tallest_any 1 of 3 or 4 options. Task v3: colour_at and follow 1
+    of 5 colours, way 1 of 4 options.
 
     >>> round(chance_accuracy(), 4)
     0.3233
@@ -137,13 +155,15 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
     per = {"count": 1 / 8, "colour": 1 / 5, "exists": 1 / 2, "tallest": options, "bars": 1 / 2}
     per |= {"colour_count": 1 / 10, "compare": 1 / 2, "difference": 1 / 8, "most": options}
     per["tallest_any"] = options
+    per |= {"colour_at": 1 / 5, "way": 1 / 4, "follow": 1 / 5}
     return sum(per[t] for t in templates) / len(templates)
 
 
 def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
     """What each of the ``grid`` x ``grid`` regions of the picture holds, row by row.
 
-    Shapes (their grid is the regions): ``1 + shape * 5 + colour``; bar charts: ``16 +
+    Shapes (their grid is the regions): ``1 + shape * 5 + colour``; arrows (task v3):
+    ``1 + way * 5 + colour`` (way: up, down, left, right); bar charts: ``16 +
     colour`` of the bar covering most of the region (at least a tenth of it), ``21 + colour``
     if it is the tallest bar; empty: 0. Training only: an auxiliary loss teaches the visual
     tokens what their regions hold.
@@ -156,9 +176,10 @@ def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
     """
     colours = list(COLOURS)
     labels = [0] * (grid * grid)
-    if item.scene and len(item.scene[0]) == 3:  # shapes: (shape, colour, cell)
-        for shape, colour, cell in item.scene:
-            labels[cell] = 1 + SHAPES.index(shape) * len(colours) + colours.index(colour)
+    if item.scene and len(item.scene[0]) == 3:  # shapes or arrows: (kind, colour, cell)
+        kinds = DIRECTIONS if item.scene[0][0] in DIRECTIONS else SHAPES
+        for kind, colour, cell in item.scene:
+            labels[cell] = 1 + kinds.index(kind) * len(colours) + colours.index(colour)
         return labels
     tallest = max(item.scene, key=lambda bar: bar[1])[0]
     img = item.image.convert("RGB")
@@ -208,6 +229,8 @@ def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None 
     """
     scene = item.scene if scene is None else scene
     answer = item.row["answer"] if answer is None else answer
+    if item.template in _V3:
+        return _arrows_seen(item, scene, _hops(item))[0]
     if item.template in _V2_SHAPES:
         return _counted(item, _counts(scene))[0]
     if item.template == "tallest_any":
@@ -270,6 +293,101 @@ def _bars_seen(
     return f"I see {listed} bars. The tallest is {top}. Answer: {letter}", letter
 
 
+_V3 = ("colour_at", "way", "follow")
+
+
+def _hops(item: SyntheticItem) -> int:
+    """The hops a v3 ``follow`` question asks for (0 for the one-step questions)."""
+    if item.template != "follow":
+        return 0
+    return int(item.row["question"].split(" follow ")[1].split()[0])
+
+
+def _walk(scene: Sequence[tuple[Any, ...]], start: int, hops: int) -> list[int] | None:
+    """Cells visited following the arrows of ``scene`` from ``start`` (None: a dead end)."""
+    at = {cell: way for way, _, cell in scene}
+    cells = [start]
+    for _ in range(hops):
+        nxt = target_cell(cells[-1], at[cells[-1]])
+        if nxt is None or nxt not in at:
+            return None
+        cells.append(nxt)
+    return cells
+
+
+def _arrows_seen(
+    item: SyntheticItem, scene: Sequence[tuple[Any, ...]], hops: int
+) -> tuple[str, str]:
+    """A v3 reasoning over ``scene`` (following ``hops`` arrows), and the answer it states.
+
+    Raises ValueError when the walk meets a dead end (a corrupted scene may).
+    """
+    by_cell = {cell: (way, colour) for way, colour, cell in scene}
+    seen = ", ".join(f"{cell_name(c)} {by_cell[c][1]} {by_cell[c][0]}" for c in sorted(by_cell))
+    words = item.row["question"].rstrip("?").split()
+    if item.template == "colour_at":
+        cell = next(c for c in by_cell if cell_name(c) == words[-1])
+        colour = by_cell[cell][1]
+        return f"I see {seen}. So {cell_name(cell)} is {colour}. Answer: {colour}", colour
+    colour = words[words.index("the") + 1]
+    start = next(c for c in sorted(by_cell) if by_cell[c][1] == colour)
+    if item.template == "way":
+        way = by_cell[start][0]
+        letter = next((k for k, d in item.row["options"].items() if d == way), "")
+        return f"I see {seen}. So {colour} points {way}. Answer: {letter}", letter
+    cells = _walk(scene, start, hops)
+    if cells is None:
+        raise ValueError("the arrows lead off the grid or to an empty cell")
+    steps = [f"Start {cell_name(start)} {colour} {by_cell[start][0]}."]
+    steps += [f"Next {cell_name(c)} {by_cell[c][1]} {by_cell[c][0]}." for c in cells[1:-1]]
+    end = by_cell[cells[-1]][1]
+    steps.append(f"Next {cell_name(cells[-1])} {end}.")
+    return f"I see {seen}. {' '.join(steps)} Answer: {end}", end
+
+
+def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
+    """One realistic slip in a v3 reasoning, and the answer it states.
+
+    An arrow's colour or way misread (in the listing and in the steps that follow from it),
+    or, for ``follow``, one hop too few or too many.
+    """
+    scene, hops = list(item.scene), _hops(item)
+    start_colour = scene[0][1] if item.template == "follow" else None
+    for _ in range(20):
+        kind = rng.random()
+        if item.template == "follow" and kind < 0.25:  # miscounted hops
+            tries = [h for h in (hops - 1, hops + 1) if h >= 1]
+            try:
+                return _arrows_seen(item, scene, rng.choice(tries))
+            except ValueError:
+                continue
+        if item.template == "follow":
+            j = rng.randrange(hops + 1)  # a path arrow: its colour or its way misread
+        else:
+            words = item.row["question"].rstrip("?").split()
+            j = next(i for i, (w, c, cell) in enumerate(scene)
+                     if cell_name(cell) == words[-1] or c in words)  # fmt: skip
+        way, colour, cell = scene[j]
+        wrong = list(scene)
+        misread_way = item.template == "way" or (
+            item.template == "follow" and j < hops and rng.random() < 0.6
+        )
+        if misread_way:
+            wrong[j] = (rng.choice([d for d in DIRECTIONS if d != way]), colour, cell)
+        elif item.template == "follow" and j == 0:
+            continue  # the start's colour is what the question names
+        else:
+            others = [c for c in COLOURS if c not in (colour, start_colour)]
+            wrong[j] = (way, rng.choice(others), cell)
+        try:
+            return _arrows_seen(item, wrong, hops)
+        except ValueError:
+            continue
+    text, answer = _arrows_seen(item, scene, hops)
+    other = rng.choice([c for c in COLOURS if c not in (answer, start_colour)])
+    return text.rsplit(" ", 1)[0] + f" {other}", other  # a last-word slip
+
+
 def _wrong_v2(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     if item.template == "tallest_any":
         top = max(item.scene, key=lambda bar: bar[1])[0]
@@ -309,8 +427,12 @@ def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
 
     Counts are off by one, a colour is misread, a shape is missed or imagined, another bar is
     taken for the tallest. (Task v2: one count off by one, or a runner-up counted too often;
-    the conclusion follows the wrong counts, so its answer may still be right.)
+    the conclusion follows the wrong counts, so its answer may still be right. Task v3: one
+    arrow's colour or way misread, or one hop too few or too many; what follows is consistent
+    with the slip.)
     """
+    if item.template in _V3:
+        return _wrong_v3(item, rng)
     if item.template in _V2_SHAPES or item.template == "tallest_any":
         return _wrong_v2(item, rng)
     t, row, scene = item.template, item.row, list(item.scene)

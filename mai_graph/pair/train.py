@@ -59,6 +59,7 @@ from mai_graph.tiny.build import TinySpec
 __all__ = [
     "PAIR_SPECS",
     "PAIR_SPECS_V2",
+    "PAIR_SPECS_V3",
     "Gates",
     "PairSpec",
     "build_tokenizer",
@@ -153,10 +154,42 @@ runs): at 38 minutes it was still below the small model, and the continuation is
 learned to read colours and letters (docs/tiny-pair.md)."""
 
 
+PAIR_SPECS_V3: dict[str, PairSpec] = {
+    "small": PairSpec(
+        SMALL_LM,
+        image_side=128,
+        lr=2e-3,
+        batch=24,
+        micro=2,
+        mix={"short": 0.35, "cot": 0.45, "s2": 0.2},
+        templates={"colour_at": 0.25, "way": 0.25, "follow": 0.5},
+    ),
+    "large": PairSpec(
+        LARGE_LM,
+        image_side=128,
+        lr=1.5e-3,
+        batch=16,
+        micro=1,
+        bf16=False,
+        mix={"short": 0.3, "cot": 0.35, "s2": 0.05, "answer": 0.3},
+        templates={"colour_at": 0.25, "way": 0.25, "follow": 0.5},
+        p_masked_hint=0.35,
+    ),
+}
+"""The v3 pair (task v3, arrows to follow): the same depths as v1 and v2; both models see
+sixteen visual tokens (one per grid cell), so the gap is the language model's depth: a short
+answer to a four-hop question needs the hops inside one forward pass, a reasoning takes them
+one written step at a time. Half of the training items are ``follow`` questions (a third of the
+held-out ones); the large model learns the transfer from hints that are wrong 40% of the time
+(one step misread) and masked a third of the time. The large model trains in fp32: on this
+2-core CPU bf16 autocast made its steps about 4x slower (3.4-5.1 s against 0.8-1.3 s on
+v3's 150-190-token batches)."""
+
+
 def specs_for(task: str) -> dict[str, PairSpec]:
-    """The pair's specs for ``task`` (``v1`` or ``v2``)."""
+    """The pair's specs for ``task`` (``v1``, ``v2`` or ``v3``)."""
     task_of(task)
-    return PAIR_SPECS if task == "v1" else PAIR_SPECS_V2
+    return {"v1": PAIR_SPECS, "v2": PAIR_SPECS_V2}.get(task, PAIR_SPECS_V3)
 
 
 @dataclass(frozen=True)
@@ -178,11 +211,20 @@ def build_tokenizer(task: str = "v1") -> Any:
     """The task tokenizer: byte-level BPE trained on :func:`~mai_graph.pair.task.corpus`.
 
     Every task word is one token; any other text still encodes (byte fallback). The Qwen chat
-    special tokens and chat template are those of the tiny random pair.
+    special tokens and chat template are those of the tiny random pair. Task v3's cell names
+    (`` r2c3``, with the space before them) are added as whole tokens: the pre-tokenizer
+    would split them into four.
     """
     from mai_graph.tiny.build import build_tokenizer as build
 
-    return build(corpus(task=task), vocab_size=2048, model_max_length=4096)
+    tokenizer = build(corpus(task=task), vocab_size=2048, model_max_length=4096)
+    if task == "v3":  # cell names are one token each (BPE splits letters from digits)
+        from tokenizers import AddedToken
+
+        from mai_graph.eval.synthetic import cell_name
+
+        tokenizer.add_tokens([AddedToken(f" {cell_name(c)}", normalized=False) for c in range(16)])
+    return tokenizer
 
 
 def build_processor(tokenizer: Any, side: int) -> Any:
@@ -665,8 +707,13 @@ def train_role(
 # -- the whole run -----------------------------------------------------------------------------
 
 
-GATES: dict[str, Gates] = {"v1": Gates(), "v2": Gates(min_gap=0.08, min_chance_factor=None)}
-"""The short-answer gates per task (v2 adds the transfer gates of :mod:`mai_graph.pair.gates`)."""
+GATES: dict[str, Gates] = {
+    "v1": Gates(),
+    "v2": Gates(min_gap=0.08, min_chance_factor=None),
+    "v3": Gates(min_gap=0.08, min_chance_factor=None),
+}
+"""The short-answer gates per task (v2 and v3 add the transfer gates of
+:mod:`mai_graph.pair.gates`)."""
 
 
 def check_gates(
@@ -943,7 +990,8 @@ def train_pair(
         minutes: Wall-time budget: one number for both models, or small and large.
         steps: Fixed steps instead of a time budget (one number, or small and large).
         seed: Seed of the data, initialization and order.
-        task: ``v1`` (the first pair's task) or ``v2`` (compositional questions).
+        task: ``v1`` (the first pair's task), ``v2`` (compositional questions) or ``v3``
+            (arrows to follow: sequential steps).
         heldout: Held-out items to score.
         heldout_seed: Seed of the held-out items.
         speed: Engine that measures per-token speed (``vllm``, ``transformers``; ``skip``:
@@ -1052,7 +1100,13 @@ def train_pair(
     gates = check_gates(stats, timing["ratio"] if timing else None, GATES[task])
     evaluation: dict[str, Any] | None = None
     if eval_items:
-        from mai_graph.pair.gates import check_transfer_gates, evaluate_pair, summary
+        from mai_graph.pair.gates import (
+            TRANSFER_GATES,
+            TransferGates,
+            check_transfer_gates,
+            evaluate_pair,
+            summary,
+        )
 
         print(f"evaluating every policy on {eval_items} held-out items on vllm "
               "(branches, masked transfer, CircularEval) ...")  # fmt: skip
@@ -1062,7 +1116,7 @@ def train_pair(
                 work / "small", work / "large", work / "eval",
                 n=eval_items, seed=heldout_seed, task=task,
             )  # fmt: skip
-        gates += check_transfer_gates(result)
+        gates += check_transfer_gates(result, TRANSFER_GATES.get(task, TransferGates()))
         evaluation = summary(result)
     _report(stats, gates)
     passed = all(ok for _, ok, _ in gates)
