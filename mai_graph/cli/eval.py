@@ -25,6 +25,9 @@ Runs each policy over the dataset (policies one after the other, samples --concu
 time), appends every generation to OUT/records.jsonl, and writes OUT/report.json, report.md
 and PNG plots. Run the same command again to resume: finished samples are not redone.
 
+--sparsify-ablation measures the transfer per sparsify strategy and keep ratio instead (the
+small model reasons once per sample; OUT/ablation.json and ablation.md).
+
 --branches records every branch of the mai runs (gate never, no S2 exit): the report then
 replays MAI under the context's gate settings, and `mai-graph calibrate --records OUT` can
 pick settings offline. --backend simulated / oracle answer from the dataset's gold answers
@@ -95,6 +98,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     prices = parse_prices(args.price or [])  # before a long run: a bad price fails now
     out = Path(args.out)
+    if args.sparsify_ablation:
+        return _ablation(args, out)
     if not args.report_only:
         if not args.data:
             raise ConfigError("--data is required", parameter="--data", fix="give a dataset file")
@@ -176,6 +181,51 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
         f"{len(dataset.problems)} bad rows skipped ({summary.elapsed_s:.1f} s)",
         file=sys.stderr,
     )
+
+
+def _ablation(args: argparse.Namespace, out: Path) -> int:
+    """``eval --sparsify-ablation``: transfer accuracy per sparsify strategy and keep ratio."""
+    from mai_graph.backends.lifecycle import shutdown_backends, start_backends
+    from mai_graph.eval.ablation import arun_ablation, format_ablation
+    from mai_graph.eval.datasets import load_dataset
+    from mai_graph.files import output_folder
+
+    if not args.data:
+        raise ConfigError("--data is required", parameter="--data", fix="give a dataset file")
+    strategies = _csv(args.ablation_strategies, "--ablation-strategies")
+    try:
+        ratios = [float(x) for x in _csv(args.ablation_ratios, "--ablation-ratios")]
+    except ValueError:
+        raise ConfigError(
+            f"--ablation-ratios must be numbers, got {args.ablation_ratios!r}",
+            parameter="--ablation-ratios", fix="e.g. --ablation-ratios 0.1,0.2,0.4,1",
+        ) from None  # fmt: skip
+    ctx = _context(args)
+    dataset = load_dataset(args.data, format=args.format, image_root=args.image_root,
+                           on_bad_row=args.on_bad_row, limit=args.limit)  # fmt: skip
+    output_folder(out, flag="--out", what="ablation",
+                  owns=lambda f: (f / "ablation.json").is_file())  # fmt: skip
+    small, large = _backends(args, dataset.samples, ctx.model_copy(update={"keep_ratio": 1.0}))
+
+    async def go() -> Any:
+        try:
+            await start_backends(small, large)
+            return await arun_ablation(dataset.samples, small, large, context=ctx,
+                                       strategies=strategies, ratios=ratios,
+                                       concurrency=args.concurrency)  # fmt: skip
+        finally:
+            shutdown_backends(small, large)
+
+    result = asyncio.run(go())
+    result["data"] = str(dataset.path)
+    result["backend"] = args.backend
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ablation.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    table = format_ablation(result)
+    (out / "ablation.md").write_text(f"# Sparsification ablation\n\n{table}\n", encoding="utf-8")
+    print(table)
+    print(f"\nablation: {out / 'ablation.md'} (and ablation.json)")
+    return EXIT_OK
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -365,6 +415,20 @@ def register(sub: Any) -> None:
         "final answer left out of the reasoning (masked): reading vs copying",
     )  # fmt: skip
     ev.add_argument(
+        "--sparsify-ablation", action="store_true",
+        help="instead of the policies: each sample reasons once, then the transfer is forked "
+        "for every sparsify strategy and keep ratio (transfer accuracy, tokens read, dropped "
+        "mass); writes OUT/ablation.json and ablation.md",
+    )  # fmt: skip
+    ev.add_argument(
+        "--ablation-strategies", default="none,surprisal,attention,relevance",
+        help="with --sparsify-ablation: the strategies (attention needs the transformers backend)",
+    )  # fmt: skip
+    ev.add_argument(
+        "--ablation-ratios", default="0.1,0.2,0.4,1",
+        help="with --sparsify-ablation: the keep ratios",
+    )  # fmt: skip
+    ev.add_argument(
         "--price", action="append", metavar="ROLE=IN,OUT[,CACHED]",
         help="token prices per million (prompt, generated, cached prompt) of the small or large "
         "model, e.g. --price small=0.1,0.4 --price large=0.5,2,0.05: cost per question",
@@ -414,7 +478,8 @@ def register(sub: Any) -> None:
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--size", type=int, default=128, help="image side in pixels")
     syn.add_argument(
-        "--task", default="v1", choices=["v1", "v2"],
-        help="v1: the first pair's five templates; v2: compositional questions (the v2 pair's)",
+        "--task", default="v1", choices=["v1", "v2", "v3"],
+        help="v1: the first pair's five templates; v2: compositional questions (the v2 pair's); "
+        "v3: arrows to follow (the v3 pair's)",
     )  # fmt: skip
     syn.set_defaults(func=_cmd_synth)
