@@ -113,7 +113,7 @@ def backend_for(
         alone = not given and "gpu_memory_utilization" in spec.engine
     backend = spec.build(role=role, api_key=api_key, timeout_s=timeout_s, retries=retries)
     if alone:  # planned for the whole card: no second engine may start beside it on a GPU
-        backend._unplanned_share = True
+        backend.handle._unplanned_share = True
     return backend
 
 

@@ -20,6 +20,7 @@ import pytest
 from mai_graph import ConfigError
 from mai_graph.backends.vllm import VLLMBackend, startup
 from mai_graph.backends.vllm import backend as vllm_backend
+from mai_graph.backends.vllm import engine as vllm_engine
 from mai_graph.engines import Device, plan_for_start, plan_memory
 from mai_graph.engines import plan as plan_module
 from mai_graph.engines.select import backend_for, backends_for
@@ -62,10 +63,10 @@ def gpu(monkeypatch):
     from vllm.v1.engine import async_llm
 
     recorder = Recorder()
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: False)
+    monkeypatch.setattr(vllm_engine, "_on_cpu", lambda: False)
     monkeypatch.setattr(plan_module, "probe_devices", lambda: card())
     monkeypatch.setattr(async_llm.AsyncLLM, "from_engine_args", recorder)
-    monkeypatch.setattr(VLLMBackend, "_bind_tokenizer", lambda self: None)
+    monkeypatch.setattr(VLLMBackend, "_bind_translator", lambda self: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name in ("VLLM_WORKER_MULTIPROC_METHOD", "CUDA_DEVICE_ORDER"):
         monkeypatch.delenv(name, raising=False)
@@ -149,7 +150,7 @@ def test_engines_built_one_by_one_need_a_share_each(gpu):
         start(b)
     assert "build_lineup" in str(err.value.__cause__.fix)
     c, d = (VLLMBackend(m, gpu_memory_utilization=0.3) for m in (SMALL, LARGE))
-    startup.forget(a)
+    startup.forget(a.handle)
     start(c, d)
     assert [s.args.gpu_memory_utilization for s in gpu.starts[1:]] == [0.3, 0.3]
 
@@ -177,7 +178,7 @@ def test_a_lineup_starts_every_engine_in_order_before_the_first_request(gpu):
 
 
 def test_a_lineup_on_the_cpu_keeps_starting_on_first_use(gpu, monkeypatch):
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_on_cpu", lambda: True)
     small, large = backends_for("vllm", SMALL, LARGE)
     start(large)
     assert [s.model for s in gpu.starts] == [LARGE] and not small.started
@@ -186,7 +187,7 @@ def test_a_lineup_on_the_cpu_keeps_starting_on_first_use(gpu, monkeypatch):
 def test_kv_cache_gib_is_kv_cache_memory_bytes_on_both_platforms(gpu, monkeypatch):
     start(VLLMBackend(SMALL, gpu_memory_utilization=0.3, kv_cache_gib=2))
     assert gpu.starts[-1].args.kv_cache_memory_bytes == 2 * GiB
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_on_cpu", lambda: True)
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "5")
     start(VLLMBackend(SMALL, kv_cache_gib=1.5))
     last = gpu.starts[-1]
@@ -198,7 +199,7 @@ def test_kv_cache_gib_is_kv_cache_memory_bytes_on_both_platforms(gpu, monkeypatc
 
 
 def test_two_cpu_engines_starting_at_once_keep_their_own_kv_pools(gpu, monkeypatch):
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_on_cpu", lambda: True)
     engines = [VLLMBackend(SMALL, name=f"e{i}", kv_cache_gib=i + 1) for i in range(4)]
 
     async def go():
@@ -230,7 +231,7 @@ def test_skip_mm_profiling_is_refused_on_a_gpu_unless_the_kv_pool_is_fixed(gpu, 
     assert fixed.engine_args().skip_mm_profiling
     planned = backends_for("vllm", SMALL, LARGE, engines=({"skip_mm_profiling": True}, None))
     assert planned[0].engine_args().kv_cache_memory_bytes > 0  # the plan sized its pool
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_on_cpu", lambda: True)
     assert bare.engine_args().skip_mm_profiling  # the CPU tests' setting
 
 
@@ -238,9 +239,10 @@ def test_a_restart_waits_for_the_dead_engines_processes_and_memory(gpu, monkeypa
     backend = VLLMBackend(SMALL, gpu_memory_utilization=0.3)
     start(backend)
     dying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    backend._dead_procs = [psutil.Process(dying.pid)]
-    backend._engine, backend._death = None, "engine core exited during a test"
-    backend._deaths.append(time.monotonic())
+    handle = backend.handle  # as if the engine had just died
+    handle._dead_procs = [psutil.Process(dying.pid)]
+    handle._engine, handle._death = None, "engine core exited during a test"
+    handle._deaths.append(time.monotonic())
     probes = []
 
     def probe(index):

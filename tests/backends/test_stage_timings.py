@@ -16,7 +16,7 @@ import pytest
 
 from mai_graph import Generation, ScriptedBackend, run
 from mai_graph.backends.openai import served_stage_times
-from mai_graph.backends.vllm.backend import stage_times
+from mai_graph.backends.vllm.translate import stage_times
 from mai_graph.cli import EXIT_OK, main
 from mai_graph.latency.profile import engine_seconds
 

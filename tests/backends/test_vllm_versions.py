@@ -64,7 +64,7 @@ def test_internals_exist(version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_defaults_the_project_relies_on(version):
-    from mai_graph.backends.vllm.backend import MAX_LOGPROB_TOKEN_IDS
+    from mai_graph.backends.vllm.translate import MAX_LOGPROB_TOKEN_IDS
 
     data = load(version)
     # The plan's batch assumptions are what an in-process AsyncLLM gets (and it writes them).

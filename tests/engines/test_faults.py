@@ -126,7 +126,7 @@ async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
     backend = VLLMBackend(str(tiny_pair[0]), name="tiny-small")
     await backend.start(warmup=True)
     pids = backend.engine_processes()
-    engine = backend._engine
+    engine = backend.handle.engine
     cores = list(engine.engine_core.resources.engine_manager.processes)
     long = GenerationRequest(
         ({"role": "user", "content": [{"type": "text", "text": "Talk."}]},),
@@ -146,6 +146,43 @@ async def test_shutdown_lets_the_engine_exit_by_itself(tiny_pair):
     assert engine.engine_core.resources.ctx.closed  # no unclosed ZMQ context warning later
 
 
+async def test_a_callers_own_async_llm_through_the_translator_and_from_engine(tiny_pair, scene):
+    """The translator serves an AsyncLLM the caller built and runs; from_engine wraps it and
+    never restarts or stops it."""
+    pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
+    from vllm import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from mai_graph import GenerationRequest
+    from mai_graph.backends.vllm import Translator, VLLMBackend
+    from mai_graph.inputs.sources import image_ref
+
+    args = AsyncEngineArgs(model=str(tiny_pair[0]), max_model_len=4096, enforce_eager=True,
+                           gpu_memory_utilization=0.05, block_size=32,
+                           kv_cache_memory_bytes=1 << 30)  # fmt: skip
+    engine = AsyncLLM.from_engine_args(args)
+    try:
+        translator = await asyncio.to_thread(Translator.for_engine, engine, name="own")
+        ref = image_ref(str(scene))
+        content = [{"type": "image", "image": ref}, {"type": "text", "text": QUESTION}]
+        request = GenerationRequest(({"role": "user", "content": content},), max_tokens=1,
+                                    choices=("A", "B"))  # fmt: skip
+        final = None
+        prompt = translator.prompt(request)
+        params = translator.sampling_params(request)
+        async for out in engine.generate(prompt, params, request.request_id):
+            final = out
+        gen = translator.generation(final, request, latency_s=0.1, ttft_s=None)
+        assert gen.text in ("A", "B") and gen.model == "own" and gen.image_tokens > 0
+        backend = VLLMBackend.from_engine(engine, name="wrapped")
+        again = await backend.generate(request)
+        assert again.text in ("A", "B") and again.prompt_tokens == gen.prompt_tokens
+        backend.shutdown()  # not ours: the caller's engine keeps running
+        assert not engine.errored
+    finally:
+        engine.shutdown()
+
+
 async def test_shutdown_when_the_sigterm_lands_on_a_side_thread_of_an_idle_core(
     tiny_pair, monkeypatch
 ):
@@ -158,7 +195,7 @@ async def test_shutdown_when_the_sigterm_lands_on_a_side_thread_of_an_idle_core(
     backend = VLLMBackend(str(tiny_pair[0]), name="tiny-small")
     await backend.start(warmup=False)
     pids = backend.engine_processes()
-    (core,) = backend._engine.engine_core.resources.engine_manager.processes
+    (core,) = backend.handle.engine.engine_core.resources.engine_manager.processes
     signalled = []
     monkeypatch.setattr(
         core, "terminate", lambda: signalled.append(signal_side_thread(core.pid, signal.SIGTERM))

@@ -105,13 +105,15 @@ def test_image_token_counts_match_the_engine(qwen_engines, tmp_path):
     for images in cases:
         parts = [{"type": "image", "image": r} for r in images] + [text("Describe.")]
         req = ask(parts, max_tokens=1)
-        rendered = render(small.tokenizer, req.messages, set(), template=small._template)
-        counted = len(rendered.token_ids) + sum(small._image_tokens(r) - 1 for r in images)
+        rendered = render(small.tokenizer, req.messages, set(), template=small.translator.template)
+        counted = len(rendered.token_ids) + sum(
+            small.translator.image_tokens(r) - 1 for r in images
+        )
         gen = run_sync(small.generate(req))
         assert gen.prompt_tokens == counted, [r["width"] for r in images]
     # Real processor arithmetic: 448 x 448 -> 14 x 14 tokens of 32 x 32 pixels.
-    assert small._image_tokens(refs[0]) == 196
-    assert small._image_tokens(refs[2]) > small._image_tokens(refs[1]) > 196
+    assert small.translator.image_tokens(refs[0]) == 196
+    assert small.translator.image_tokens(refs[2]) > small.translator.image_tokens(refs[1]) > 196
 
 
 def test_video_token_counts_match_the_engine(qwen_engines, tmp_path):
@@ -125,10 +127,10 @@ def test_video_token_counts_match_the_engine(qwen_engines, tmp_path):
         frames.append(str(frame))
     video = resolve_video({"frames": frames, "fps": 2.0}, video_fps=2.0, max_frames=8)
     req = ask([{"type": "video", "video": video}, text("What changes?")], max_tokens=1)
-    rendered = render(small.tokenizer, req.messages, set(), template=small._template)
-    counted = len(rendered.token_ids) + small._video_tokens(video) - 1
+    rendered = render(small.tokenizer, req.messages, set(), template=small.translator.template)
+    counted = len(rendered.token_ids) + small.translator.video_tokens(video) - 1
     gen = run_sync(small.generate(req))
-    assert small._video_tokens(video) > 0
+    assert small.translator.video_tokens(video) > 0
     assert gen.prompt_tokens == counted
 
 
@@ -147,7 +149,7 @@ def test_s2_and_the_transfer_are_served_from_the_prefix_cache(qwen_engines, tmp_
 
 def test_stop_ids_are_qwen3_vls(qwen_engines):
     small, _ = qwen_engines
-    assert small._eos == {151645, 151643}
+    assert small.translator.eos == {151645, 151643}
     gen = run_sync(small.generate(ask([text("Say something.")], max_tokens=12)))
     assert "<|im_end|>" not in gen.text and "<|endoftext|>" not in gen.text
     assert gen.finish_reason in ("stop", "length")
@@ -160,7 +162,7 @@ def test_videos_with_processor_kwargs_are_refused_before_the_engine(qwen_engines
     from mai_graph import ConfigError
 
     small, _ = qwen_engines
-    monkeypatch.setattr(small, "_mm_kwargs", {"max_pixels": 1_310_720})
+    monkeypatch.setattr(small.translator, "mm_kwargs", {"max_pixels": 1_310_720})
     frames = []
     for i in range(4):
         frame = tmp_path / f"g{i}.png"

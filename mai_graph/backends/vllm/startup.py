@@ -235,9 +235,10 @@ class EngineGroup:
         self._lock: asyncio.Lock | None = None
 
     def add(self, backend: Any) -> None:
-        """Add a backend (its ``_group`` is set to this group)."""
-        self.members.append(backend)
-        backend._group = self
+        """Add a backend's engine (a ``VLLMBackend`` or its ``EngineHandle``)."""
+        handle = getattr(backend, "handle", backend)
+        self.members.append(handle)
+        handle._group = self
 
     def in_order(self, on_cpu: bool) -> bool:
         """Whether members start together, in order (default: on a GPU)."""
