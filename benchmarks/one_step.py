@@ -19,8 +19,8 @@ from pathlib import Path
 
 from mai_graph import MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.backends.vllm import VLLMBackend
 from mai_graph.calls import read_question, short_request
+from mai_graph.engines.select import backends_for
 from mai_graph.eval.datasets import load_dataset
 from mai_graph.eval.synthetic import make_synthetic
 from mai_graph.pair import PAIRS, trained_pair_paths
@@ -32,8 +32,8 @@ async def main(args: argparse.Namespace) -> None:
         data = load_dataset(make_synthetic(Path(tmp) / "data", n=args.items * 3, seed=4242,
                                            task=args.pair))  # fmt: skip
         bounded = [s for s in data.samples if s.kind in ("choice", "yes_no")][: args.items]
-        models = [VLLMBackend(str(small_dir), name="small"),
-                  VLLMBackend(str(large_dir), name="large")]  # fmt: skip
+        models = list(backends_for("vllm", str(small_dir), str(large_dir)))  # planned together
+        models[0].name, models[1].name = "small", "large"
         await start_backends(*models)
         try:
             one_ctx, gen_ctx = MAIContext(), MAIContext(verify_distribution=False)

@@ -143,7 +143,7 @@ class VLLMBackend:
         self.media_limits = check_mm_limits(limit_mm_per_prompt)
         """Most items per prompt by modality (``image``, ``video``): ``limit_mm_per_prompt``."""
         self.model = model
-        self.name = name or model
+        self._name = name or model
         options = dict(
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_gib=kv_cache_gib,
@@ -191,6 +191,20 @@ class VLLMBackend:
         return None if value is None else int(value)
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The model's name in metrics and messages (may be changed before or after start)."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+        if getattr(self, "handle", None) is not None:
+            self.handle.name = value
+        translator = getattr(self, "_translator", None)
+        if translator is not None:
+            translator.name = value
 
     @property
     def started(self) -> bool:
