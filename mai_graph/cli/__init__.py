@@ -21,6 +21,7 @@ from mai_graph import tracing
 from mai_graph.cli.backends import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError
+from mai_graph.pair import DEFAULT_PAIR, PAIRS
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 EXIT_INTERNAL = 70
@@ -181,8 +182,8 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """The trained pair's demo (default, ``v1``, ``v2``), or each route forced on the random one."""
-    if args.pair in ("trained", "v1", "v2"):
+    """The trained pair's demo (default, or a shipped pair by name), or the random pair's."""
+    if args.pair != "random":
         from mai_graph.pair.demo import run_trained_demo
 
         chosen = args.dir or (None if args.pair == "trained" else args.pair)
@@ -331,9 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--pair", default="trained", choices=["trained", "v1", "v2", "random"],
-        help="trained: the default shipped trained pair (v2); v1 / v2: a shipped pair by name; "
-        "random: the random-weight plumbing pair",
+        "--pair", default="trained", choices=["trained", *PAIRS, "random"],
+        help=f"trained: the default shipped trained pair ({DEFAULT_PAIR}); "
+        f"{' / '.join(PAIRS)}: a shipped pair by name; random: the random-weight plumbing pair",
     )  # fmt: skip
     demo.add_argument("--dir", default=None, help="the pair's folder (default: shipped / cache)")
     demo.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])

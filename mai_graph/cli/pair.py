@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mai_graph.pair import DEFAULT_PAIR, PAIRS
+
 __all__ = ["register"]
 
 _TRAIN_EPILOG = """\
@@ -64,8 +66,8 @@ def register(sub: Any) -> None:
     )
     pair.add_argument("--dir", help="a trained pair's folder (default: a shipped pair)")
     pair.add_argument(
-        "--pair", choices=["v1", "v2"], default=None,
-        help="which shipped pair (default: v2, the one where reasoning matters)",
+        "--pair", choices=list(PAIRS), default=None,
+        help=f"which shipped pair (default: {DEFAULT_PAIR})",
     )  # fmt: skip
     pair.add_argument("--path", action="store_true", help="print only the folder")
     pair.set_defaults(func=_cmd_pair)
