@@ -41,7 +41,7 @@ def build_lineup(
     Raises:
         ConfigError: Invalid lineups and options; ``PlanError`` when it cannot fit.
     """
-    checked = lineup.checked(where)
+    checked = lineup.checked(where)  # the one check of every option
     if plan:
         checked = plan_for_start(checked, context=context, gpu_memory=gpu_memory)
-    return checked.build(where=where, api_keys=api_keys)
+    return checked.build(where=where, api_keys=api_keys, checked=True)

@@ -530,7 +530,7 @@ class MemoryPlan:
 def margin_bytes(total: int) -> int:
     """What the plan leaves unplanned on a card of ``total`` bytes.
 
-    >>> margin_bytes(80 * GiB) / GiB, margin_bytes(16 * GiB) / GiB
+    >>> round(margin_bytes(80 * GiB) / GiB, 2), margin_bytes(16 * GiB) / GiB
     (1.6, 1.0)
     """
     return max(int(MARGIN * total), MIN_MARGIN_BYTES)
@@ -968,7 +968,8 @@ def plan_for_start(
     if not devices:  # vLLM's CPU build (or no GPU at all): check what can be read here
         from mai_graph.engines.shape import find_model_dir
 
-        if any(find_model_dir(spec.model) is None for _, spec in members):
+        # Checkpoints on this machine only (a shipped config plans GPUs, not this CPU run).
+        if any(find_model_dir(spec.model, bundled=False) is None for _, spec in members):
             return lineup
         plan = plan_memory(lineup, [host_device()], workload)
         if not plan.fits:

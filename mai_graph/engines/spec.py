@@ -344,6 +344,7 @@ class ModelSpec(BaseModel):
         timeout_s: float | None = None,
         retries: int | None = None,
         where: str | None = None,
+        checked: bool = False,
     ) -> Any:
         """The backend this spec declares (nothing starts: engines start on first use).
 
@@ -354,8 +355,9 @@ class ModelSpec(BaseModel):
             timeout_s: A remote model's request timeout (its ``timeout_s`` option wins).
             retries: A remote model's retries (its ``retries`` option wins).
             where: How errors name this model (default: ``role``).
+            checked: The options were already checked (by :meth:`LineupSpec.checked`).
         """
-        spec = self.checked(default_kind, where or role)
+        spec = self if checked else self.checked(default_kind, where or role)
         kind = spec.kind(default_kind)
         options = dict(spec.engine)
         if kind == "vllm":
@@ -482,6 +484,7 @@ class LineupSpec(BaseModel):
         *,
         where: str = "--small/--large",
         api_keys: tuple[str | None, str | None] = (None, None),
+        checked: bool = False,
     ) -> tuple[Any, Any]:
         """The backends exactly as declared (nothing starts; no memory plan).
 
@@ -490,11 +493,12 @@ class LineupSpec(BaseModel):
         Args:
             where: How errors name the small / large models.
             api_keys: The small / large remote servers' keys.
+            checked: The lineup is already :meth:`checked` (its options are not checked again).
 
         Raises:
             ConfigError: Invalid lineups and options.
         """
-        lineup = self.checked(where)
+        lineup = self if checked else self.checked(where)
         fakes: Any = None
         sides: dict[str, list[Any]] = {"small": [], "large": []}
         group: Any = None  # the in-process engines start together, in order, on a GPU
@@ -513,6 +517,7 @@ class LineupSpec(BaseModel):
                 timeout_s=lineup.request_timeout_s,
                 retries=lineup.request_retries,
                 where=label,
+                checked=True,
             )
             if spec.kind(lineup.backend) == "vllm":
                 if group is None:

@@ -328,3 +328,14 @@ def test_the_plan_table_names_each_engines_memory_mode():
     assert [e.memory_mode for e in plan.engines] == ["share", "kv_bytes"]
     table = plan.table()
     assert "mode" in table and "kv_bytes" in table and "share" in table
+
+
+def test_a_lineups_options_are_checked_once(gpu, monkeypatch):
+    from mai_graph.engines import spec as spec_module
+
+    calls = []
+    real = spec_module._check_vllm_options
+    monkeypatch.setattr(spec_module, "_check_vllm_options",
+                        lambda *a, **k: calls.append(a[1]) or real(*a, **k))  # fmt: skip
+    backends_for("vllm", SMALL, LARGE, engines=({"max_model_len": 32768}, None))
+    assert len(calls) == 2, calls  # one check per model, not one per layer
