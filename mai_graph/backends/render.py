@@ -23,7 +23,15 @@ from mai_graph.inputs.images import ImageRef
 from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message, Part
 
-__all__ = ["RenderedPrompt", "common_prefix", "hf_messages", "render", "vocab_fingerprint"]
+__all__ = [
+    "RenderedPrompt",
+    "common_prefix",
+    "control_literals",
+    "encode_as_text",
+    "hf_messages",
+    "render",
+    "vocab_fingerprint",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +140,8 @@ def render(
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
     videos = [p["video"] for m in messages for p in m["content"] if p["type"] == "video"]
     pieces: list[list[int]] = []
+    literal: set[int] = set()  # pieces that are caller text holding control-token literals
+    controls = control_literals(tokenizer)
     marked: list[Message] = []
     for m in messages:
         ids = m.get("token_ids")
@@ -145,6 +155,12 @@ def render(
             if part_ids:
                 pieces.append(_defused(part_ids, tokenizer))
                 content.append(_text(_sentinel(len(pieces) - 1)))
+            elif part["type"] == "text" and _holds_control(part["text"], controls):
+                # Caller text reaches the model as text: a literal "<|im_start|>" in it is
+                # encoded as its characters, never as the control token (no forged turns).
+                literal.add(len(pieces))
+                pieces.append(encode_as_text(tokenizer, part["text"]))
+                content.append(_text(_sentinel(len(pieces) - 1)))
             else:
                 content.append(part)
         marked.append({"role": m["role"], "content": content})
@@ -155,20 +171,78 @@ def render(
     chunks = _SENTINEL.split(rendered)
     found = [int(k) for k in chunks[1::2]]
     if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
+        if literal:
+            raise ConfigError(
+                "the model's chat template rewrote a turn whose text holds control-token "
+                "literals (such as <|im_start|>), so it cannot be sent as plain text",
+                parameter="messages",
+                fix="remove the special-token markup from the question, options or messages",
+            )
         full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
     token_ids = _encode(tokenizer, _opening(template, marked, chunks[0]))
     spans = []
     for k, ids in enumerate(pieces):
         tail = chunks[2 * k + 2]
-        if ids and ids[-1] in eos_token_ids:
+        if k not in literal and ids and ids[-1] in eos_token_ids:
             # The engine kept the end-of-turn token; drop its text twin from what follows.
             eos_text = tokenizer.decode([ids[-1]])
             if tail.startswith(eos_text):
                 tail = tail[len(eos_text) :]
-        spans.append((len(token_ids), len(token_ids) + len(ids)))
+        if k not in literal:
+            spans.append((len(token_ids), len(token_ids) + len(ids)))
         token_ids += ids + _encode(tokenizer, tail)
     return RenderedPrompt(token_ids, images, spans, videos)
+
+
+_CONTROLS: dict[int, tuple[str, ...]] = {}
+
+
+def control_literals(tokenizer: Any) -> tuple[str, ...]:
+    """The texts a tokenizer turns into one added token (``<|im_start|>``, ``<think>``, ...).
+
+    Added tokens are matched in text before the BPE runs, so caller text holding one of these
+    would become that control token.
+    """
+    key = id(tokenizer)
+    if key not in _CONTROLS:
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        found = {str(getattr(t, "content", t)) for t in added.values()}
+        found |= {str(t) for t in getattr(tokenizer, "all_special_tokens", ()) or ()}
+        _CONTROLS[key] = tuple(sorted((t for t in found if t), key=len, reverse=True))
+    return _CONTROLS[key]
+
+
+def _holds_control(text: str, controls: Sequence[str]) -> bool:
+    return any(c in text for c in controls)
+
+
+def encode_as_text(tokenizer: Any, text: str) -> list[int]:
+    """``text``'s ids with every control-token literal in it encoded as plain characters.
+
+    Fast tokenizers' ``split_special_tokens`` splits the special ones; an added token that is
+    not special (some checkpoints add ``<think>`` so) is encoded piece by piece around it.
+    """
+    try:
+        ids = list(
+            tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )
+    except TypeError:  # a tokenizer without the option: split around every literal below
+        ids = _encode(tokenizer, text)
+    controls = control_literals(tokenizer)
+    control_ids = {tokenizer.convert_tokens_to_ids(c) for c in controls}
+    if not control_ids.intersection(ids):
+        return ids
+    out: list[int] = []
+    for chunk in re.split("(" + "|".join(map(re.escape, controls)) + ")", text):
+        if not chunk:
+            continue
+        if chunk in controls:  # byte by byte: no merge can rebuild the added token
+            for ch in chunk:
+                out += [i for i in _encode(tokenizer, ch) if i not in control_ids]
+        else:
+            out += _encode(tokenizer, chunk)
+    return out
 
 
 def _opening(template: Any, marked: Sequence[Message], before: str) -> str:
