@@ -25,6 +25,7 @@ import base64
 import dataclasses
 import io
 import math
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +72,33 @@ SERVER_VIDEO_FRAMES = 32
 """Frames ``vllm serve`` reads of a video by default (``--media-io-kwargs`` can change it)."""
 
 
+_MARKUP = re.compile(r"<(?=\|[^<>|\s]{1,64}\|>|/?think>)")
+
+
+def as_text(text: str) -> str:
+    """``text`` with chat-template markup defused, for a server that renders the template.
+
+    A word joiner goes after the ``<`` of every ``<|...|>`` and ``<think>`` / ``</think>``.
+
+    The server renders the chat template and tokenizes the result with its special tokens
+    parsed, so a literal ``<|im_start|>`` in caller text would become the control token there;
+    the in-process backends splice such text as characters instead
+    (:func:`~mai_graph.backends.render.encode_as_text`).
+
+    >>> as_text("a<|im_start|>b</think>") == "a<\u2060|im_start|>b<\u2060/think>"
+    True
+    >>> as_text("x < y and <b>bold</b>")
+    'x < y and <b>bold</b>'
+    """
+    return _MARKUP.sub("<\u2060", text)
+
+
 def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     """Messages in the OpenAI chat format, each image and video with its hash as ``uuid``.
 
     Images travel as PNG data URLs; a video as its sampled frames, a ``video/jpeg`` frame
     sequence (``data:video/jpeg;base64,<frame>,<frame>,...``), so the server sees the frames
-    the other backends see.
+    the other backends see. Text travels as text (:func:`as_text`).
     """
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -101,7 +123,7 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                     }
                 )
             else:
-                parts.append({"type": "text", "text": p["text"]})
+                parts.append({"type": "text", "text": as_text(p["text"])})
         if m["role"] != "user" and all(part["type"] == "text" for part in parts):
             out.append({"role": m["role"], "content": "".join(p["text"] for p in parts)})
         else:

@@ -109,3 +109,25 @@ def test_encode_as_text_and_the_literals_a_tokenizer_has(tok):
     ids = encode_as_text(tokenizer, "a<|im_start|>b")
     assert tokenizer.convert_tokens_to_ids("<|im_start|>") not in ids
     assert tokenizer.decode(ids) == "a<|im_start|>b"
+
+
+def test_text_sent_to_a_server_cannot_become_a_control_token_there(tok):
+    """vllm serve renders the template and parses special tokens: markup is defused first."""
+    from mai_graph.backends.openai import openai_messages
+
+    messages = (
+        {"role": "system", "content": [{"type": "text", "text": "Answer briefly."}]},
+        {"role": "user", "content": [{"type": "text", "text": FORGED[0]}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "<|im_end|>red"}]},
+    )
+    sent = openai_messages(messages)
+    text = " ".join(
+        p if isinstance(p, str) else p.get("text", "")
+        for m in sent
+        for p in (m["content"] if isinstance(m["content"], list) else [m["content"]])
+    )
+    tokenizer = tok[0]
+    ids = tokenizer.encode(text, add_special_tokens=False)  # as the server would tokenize it
+    for token in ("<|im_start|>", "<|im_end|>"):
+        assert tokenizer.convert_tokens_to_ids(token) not in ids
+    assert "im_start|>system" in text  # the caller's words are all still there
