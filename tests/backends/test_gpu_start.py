@@ -17,16 +17,16 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from mai_graph import ConfigError
-from mai_graph.backends.vllm import VLLMBackend, startup
-from mai_graph.backends.vllm import backend as vllm_backend
-from mai_graph.backends.vllm import engine as vllm_engine
-from mai_graph.engines import Device, plan_for_start, plan_memory
-from mai_graph.engines import plan as plan_module
-from mai_graph.engines.select import backend_for, backends_for
-from mai_graph.engines.spec import LineupSpec, ModelSpec
+pytest.importorskip("vllm", reason="vLLM is installed by scripts/install-cpu.sh")
 
-pytest.importorskip("vllm")
+from mai_graph import ConfigError  # noqa: E402
+from mai_graph.backends.vllm import VLLMBackend, startup  # noqa: E402
+from mai_graph.backends.vllm import backend as vllm_backend  # noqa: E402
+from mai_graph.backends.vllm import engine as vllm_engine  # noqa: E402
+from mai_graph.engines import Device, plan_for_start, plan_memory  # noqa: E402
+from mai_graph.engines import plan as plan_module  # noqa: E402
+from mai_graph.engines.select import backend_for, backends_for  # noqa: E402
+from mai_graph.engines.spec import LineupSpec, ModelSpec  # noqa: E402
 
 GiB = 1 << 30
 SMALL, LARGE = "Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"
