@@ -37,6 +37,8 @@ YEAR_MIN, YEAR_MAX = 1500, 2100
 """A bare four-digit integer in this range is read as a year (compared exactly)."""
 
 _MAX_DIGITS = 30
+_MAX_POWER = 308
+"""Largest power read in ``a^b`` (a float's range): beyond it the number is not compared."""
 _CTX = Context(prec=12)
 _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
@@ -87,6 +89,7 @@ _SCAN = re.compile(
     |(?P<num>(?<![\w.,])(?P<neg>-(?=[{_CURRENCY}]?\.?\d))?(?:(?P<cur>[{_CURRENCY}])\s?)?
         (?P<neg2>-)?(?=\.?\d)
         (?P<int>\d{{1,3}}(?:,\d{{3}})+(?![\d,])|\d+)?(?P<frac>\.\d+)?
+        (?:e(?P<exp>[+-]?\d{{1,4}})(?![a-z\d.])|\s?\^\s?(?P<pow>[+-]?\d{{1,4}})(?![\d.]))?
         (?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?![\d/]))?
         (?P<ord>(?:st|nd|rd|th)\b)?
         (?:(?P<magc>[kmbt])(?![a-z])
@@ -309,6 +312,16 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
         return None, end
     try:
         value = Decimal(int_part.replace(",", "") + frac if int_part else "0" + frac)
+        # Scientific notation and powers keep their scale: "1e5" is 100000, never 1.
+        if g["exp"]:
+            value = value.scaleb(int(g["exp"]), _CTX)
+        elif g["pow"]:
+            power = int(g["pow"])
+            if abs(power) > _MAX_POWER or (value == 0 and power < 0):
+                return None, end
+            value = _CTX.power(value, power)
+        if (g["exp"] or g["pow"]) and value and abs(value.adjusted()) > _MAX_DIGITS:
+            return None, end  # beyond what a canonical number spells out: not compared
         if g["den"]:
             den = Decimal(g["den"])
             if den == 0:
@@ -327,7 +340,8 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
     if g["neg"] or g["neg2"]:
         value = -value
     pct = bool(g["pct"]) and end == m.end()
-    bare = not (frac or g["den"] or mag or pct or g["cur"] or g["neg"] or g["neg2"])
+    scaled = g["exp"] or g["pow"]
+    bare = not (frac or g["den"] or mag or pct or g["cur"] or g["neg"] or g["neg2"] or scaled)
     if bare and "," not in int_part and len(int_part) == 4 and YEAR_MIN <= value <= YEAR_MAX:
         return Quantity("year", value), end
     q = Quantity("num", value, percent=pct, currency=g["cur"] or "", grouped="," in int_part)

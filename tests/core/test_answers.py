@@ -335,3 +335,43 @@ def _doc_examples():
 def test_docs_examples_hold(kind, output, canonical):
     options = CARS if kind == "choice" else None
     assert extract_answer(output, kind, options) == canonical
+
+
+# -- numbers that must not agree by accident (scientific notation, powers) ----------------------
+
+NOT_EQUAL = [
+    ("1e5", "1e9"), ("1e5", "1"), ("10^5", "10"), ("2^10", "2"), ("1e400", "1e401"),
+    ("2^400", "2^401"), ("x = 1e5", "1e9"), ("1.5e-2", "1.5"), ("3e+2", "3"), ("5E3", "5"),
+]  # fmt: skip
+EQUAL = [
+    ("1e5", "100000"), ("2.5e3", "2500"), ("1E-3", "0.001"), ("10^5", "100000"),
+    ("7e2", "700"), ("3e+2", "300"), ("1e05", "100,000"), ("2^10", "1024"),
+    ("the answer is 5e3", "5000"), ("1.5e-2", "0.015"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("a, b", NOT_EQUAL)
+@pytest.mark.parametrize("kind", ["number", "auto"])
+def test_scientific_notation_and_powers_keep_their_scale(a, b, kind):
+    from mai_graph.answers import answers_match
+
+    assert not answers_match(a, b, kind) and not answers_match(b, a, kind)
+
+
+@pytest.mark.parametrize("a, b", EQUAL)
+@pytest.mark.parametrize("kind", ["number", "auto"])
+def test_scientific_notation_reads_as_its_value(a, b, kind):
+    from mai_graph.answers import answers_match
+
+    assert answers_match(a, b, kind) and answers_match(b, a, kind)
+
+
+def test_a_run_whose_models_answer_1e5_and_1e9_does_not_end_at_the_gate():
+    """The gate compares canonical answers: two different numbers are a disagreement."""
+    from mai_graph import ScriptedBackend, run
+
+    small = ScriptedBackend({"short": "1e5", "cot": "about 1e9", "s2": "1e9"}, name="small")
+    large = ScriptedBackend({"short": "1e9", "answer": "1e9"}, name="large")
+    result = run("How many grains of sand?", small=small, large=large, answer_kind="number")
+    assert result.route != "agree"
+    assert result.canonical == "1000000000"
