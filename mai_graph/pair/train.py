@@ -219,12 +219,78 @@ def build_tokenizer(task: str = "v1") -> Any:
 
     tokenizer = build(corpus(task=task), vocab_size=2048, model_max_length=4096)
     if task == "v3":  # cell names are one token each (BPE splits letters from digits)
-        from tokenizers import AddedToken
-
         from mai_graph.eval.synthetic import cell_name
 
-        tokenizer.add_tokens([AddedToken(f" {cell_name(c)}", normalized=False) for c in range(16)])
+        tokenizer = with_whole_words(tokenizer, [f" {cell_name(c)}" for c in range(16)])
     return tokenizer
+
+
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+"""The byte-level pre-tokenizer's own split (GPT-2's), which ``with_whole_words`` extends."""
+
+
+def with_whole_words(tokenizer: Any, words: Sequence[str]) -> Any:
+    """``tokenizer`` with each of ``words`` (e.g. `` r2c3``) encoded as one ordinary token.
+
+    The byte-level split cuts letters from digits; the words are split off first, whole, and
+    the BPE model looks each piece up in its vocabulary before merging (``ignore_merges``), so
+    each word gets one id (the next free ones, in order) and every other text keeps its ids.
+    They are vocabulary entries, not added tokens: the graph's renderer encodes added tokens
+    in caller text character by character (they could be control tokens), and the pair must
+    read its cell names in a question as it writes them in a reasoning. Any tokenizer of this
+    form (``AddedToken`` words included) converts, keeping their ids.
+    """
+    import json
+    import re as _re
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from mai_graph.tiny.build import CHAT_TEMPLATE
+    from mai_graph.tiny.qwen_vocab import QWEN_TOKEN_ROLES
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    byte = _bytes_to_unicode()
+    vocab = spec["model"]["vocab"]
+    added = {t["content"]: t["id"] for t in spec["added_tokens"]}
+    next_id = max([*vocab.values(), *added.values()]) + 1
+    for word in words:
+        piece = "".join(byte[b] for b in word.encode())
+        vocab[piece] = added.pop(word) if word in added else next_id
+        next_id = max(next_id, vocab[piece] + 1)
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in words]
+    spec["model"]["ignore_merges"] = True
+    alternatives = "|".join(_re.escape(w) for w in sorted(words, key=len, reverse=True))
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": f"{alternatives}|{_GPT2_SPLIT}"},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False},
+        ],
+    }  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+        **QWEN_TOKEN_ROLES,
+        model_max_length=tokenizer.model_max_length,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """The byte-level alphabet: each byte's printable stand-in (GPT-2's table)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]  # fmt: skip
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
 
 
 def build_processor(tokenizer: Any, side: int) -> Any:

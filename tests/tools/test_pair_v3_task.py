@@ -154,3 +154,41 @@ def test_heldout_and_training_streams_of_v3(tmp_path):
             assert answers_match(
                 row["answer"], row["answer"], row["kind"], options=row.get("options")
             )
+
+
+def test_cell_names_are_ordinary_tokens_the_renderer_keeps_whole():
+    """The graph's renderer encodes added tokens in caller text character by character (they
+    could be control tokens); the v3 cell names are vocabulary entries instead, so a question's
+    r2c3 is the same one token the reasoning writes, and every other text keeps its ids."""
+    pytest.importorskip("transformers")
+    from tokenizers import AddedToken
+
+    from mai_graph.backends.render import control_literals, encode_as_text
+    from mai_graph.pair.task import corpus
+    from mai_graph.pair.train import with_whole_words
+    from mai_graph.tiny.build import build_tokenizer
+
+    texts = corpus(40, task="v3")
+    words = [f" {cell_name(c)}" for c in range(16)]
+    plain = build_tokenizer(texts, vocab_size=400)
+    assert len(plain.encode(" r2c3", add_special_tokens=False)) > 1  # split by the BPE
+    added = build_tokenizer(texts, vocab_size=400)
+    added.add_tokens([AddedToken(w, normalized=False) for w in words])
+    for before in (plain, added):
+        after = with_whole_words(before, words)
+        ids = [after.convert_tokens_to_ids(after.tokenize(w)) for w in words]
+        assert all(len(i) == 1 for i in ids) and len({i[0] for i in ids}) == 16
+        if before is added:  # the added tokens' ids are kept
+            assert [i[0] for i in ids] == added.convert_tokens_to_ids(words)
+        assert not set(words) & set(control_literals(after))
+        question = "What colour is the arrow at r2c3?"
+        assert encode_as_text(after, question)[-2] == ids[6][0]
+        for text in [*texts[:60], "x r1c10 r9c9 ünï 12", "I see r1c2 red right."]:
+            if before is added:  # the same ids as the added tokens gave
+                want = added.encode(text, add_special_tokens=False)
+                assert after.encode(text, add_special_tokens=False) == want
+            assert after.decode(after.encode(text, add_special_tokens=False)) == text
+        if before is plain:  # every text without a cell name keeps its ids
+            for text in texts[:60]:
+                if not any(w.strip() in text for w in words):
+                    assert after.encode(text) == plain.encode(text)
