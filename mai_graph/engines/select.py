@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mai_graph.engines.build import build_lineup as build_lineup  # the one way to build
 from mai_graph.engines.spec import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 from mai_graph.engines.spec import DEFAULT_URLS as SPEC_URLS
 from mai_graph.errors import ConfigError
@@ -330,23 +331,6 @@ def lineup_from_env(env: Mapping[str, str] | None = None) -> Any:
         timeout_s=_number(env, "MAI_GRAPH_REQUEST_TIMEOUT", float),
         retries=_number(env, "MAI_GRAPH_REQUEST_RETRIES", int),
         base=base,
-    )
-
-
-def build_lineup(
-    lineup: Any,
-    *,
-    where: str = "--small/--large",
-    api_keys: tuple[str | None, str | None] = (None, None),
-    context: Any = None,
-    plan: bool = True,
-    gpu_memory: str | None = None,
-) -> tuple[Any, Any]:
-    """:func:`mai_graph.engines.build.build_lineup` (the memory plan, then the backends)."""
-    from mai_graph.engines.build import build_lineup as build
-
-    return build(
-        lineup, where=where, api_keys=api_keys, plan=plan, context=context, gpu_memory=gpu_memory
     )
 
 
