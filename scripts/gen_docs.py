@@ -6,7 +6,11 @@ blocks below are written from the code:
 
 - ``settings`` in docs/settings.md: every ``MAIContext`` field, its default, the values it
   allows and its description;
-- ``backends`` in docs/engines.md: every backend, its ``--backend`` name and capabilities.
+- ``backends`` in docs/engines.md: every backend, its ``--backend`` name and capabilities;
+- ``pair-default`` in README.md: the default trained pair's measured accuracy and latency (its
+  manifest's ``evaluation``);
+- ``pair-v3`` in docs/tiny-pair.md: the v3 pair's measured tables (its manifest, and the
+  sparsification ablation in ``ablation.json`` beside it).
 
 Without arguments the stale blocks are rewritten (and named); ``--check`` writes nothing,
 names every stale block and exits 1 when there is one (tests/project/test_docs.py runs the check).
@@ -93,9 +97,122 @@ def backends() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+_POLICY_NAMES = {"small": "small", "large": "large", "mai": "MAI", "small_cot": "small_cot",
+                 "large_cot": "large_cot"}  # fmt: skip
+
+
+def pair_default() -> str:
+    """The default pair's measured accuracy and mean latency per policy (README.md)."""
+    from mai_graph.pair import DEFAULT_PAIR, read_manifest
+
+    m = read_manifest()
+    ev = m["evaluation"]
+    p = ev["policies"]
+    rows = [
+        f"The default pair ({DEFAULT_PAIR}, task {m['task']}) measured on {ev['n']} held-out "
+        f"questions (seed {ev['seed']}) on {ev['engine']} CPU engines, from its manifest:",
+        "",
+        "| policy | accuracy | mean latency |",
+        "|---|---:|---:|",
+    ]
+    for k in ("small", "large", "mai", "large_cot"):
+        rows.append(f"| {_POLICY_NAMES[k]} | {_pct(p[k]['accuracy'])} | "
+                    f"{p[k]['mean_latency_ms']:.0f} ms |")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
+def pair_tables(name: str = "v3") -> str:
+    """A trained pair's measured tables: short answers, policies, transfer, routes, gates and
+    the sparsification ablation (docs/tiny-pair.md)."""
+    import json
+
+    from mai_graph.pair import PAIRS, read_manifest
+
+    m = read_manifest(name)
+    models = m["models"]
+    out = [
+        f"Trained with `--task {m['task']}`, seed {m['seed']}: small "
+        f"{models['small']['wall_s'] / 60:.0f} min ({models['small']['steps']:,} steps), large "
+        f"{models['large']['wall_s'] / 60:.0f} min ({models['large']['steps']:,} steps); "
+        f"decode on vLLM (CPU) small {m['speed']['small']['per_token_ms']:.1f} ms / token, "
+        f"large {m['speed']['large']['per_token_ms']:.1f} ms / token "
+        f"({m['speed']['ratio']:.2f}x).",
+        "",
+        f"Held-out short answers ({m['heldout']['n']:,} items, seed {m['heldout']['seed']}, "
+        "transformers, greedy):",
+        "",
+        "| template | small | large |",
+        "|---|---:|---:|",
+    ]
+    for t in m["small"]["by_template"]:
+        out.append(f"| {t} | {_pct(m['small']['by_template'][t])} | "
+                   f"{_pct(m['large']['by_template'][t])} |")  # fmt: skip
+    out.append(f"| **overall** | **{_pct(m['small']['accuracy'])}** | "
+               f"**{_pct(m['large']['accuracy'])}** |")  # fmt: skip
+    a = m["agreement"]
+    out += ["", f"They agree on {_pct(a['share'])} of the items and are right on "
+            f"{_pct(a['accuracy_when_agree'])} of those."]  # fmt: skip
+    ev = m.get("evaluation")
+    if ev:
+        p = ev["policies"]
+        out += [
+            "",
+            f"Every policy on {ev['n']} held-out items (seed {ev['seed']}), {ev['engine']} CPU "
+            "engines, every branch recorded (MAI replayed under the default gate):",
+            "",
+            "| policy | accuracy | mean ms | reasoning tokens per run |",
+            "|---|---:|---:|---:|",
+        ]
+        for k, label in _POLICY_NAMES.items():
+            tokens = p[k]["reasoning_tokens"]
+            used = ", ".join(f"{v:.0f} ({r})" for r, v in tokens.items() if v) or "0"
+            out.append(f"| {label} | {_pct(p[k]['accuracy'])} | "
+                       f"{p[k]['mean_latency_ms']:.0f} | {used} |")  # fmt: skip
+        routes = p["mai"]["routes"]
+        out += ["", "MAI's routes: " + ", ".join(f"{r} {_pct(v)}" for r, v in routes.items())
+                + "."]  # fmt: skip
+        apart = (p["mai"].get("transfer") or {}).get("disagreements") or {}
+        if apart.get("full"):
+            out += [
+                "",
+                "The transfer, read against copied (the runs whose short answers disagreed):",
+                "",
+                "| what the large model read | n | after reading | its own short answer | "
+                "gain | copies the small model |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            for label, key in (("the sparsified reasoning", "full"),
+                               ("the same, its stated answer masked", "masked")):  # fmt: skip
+                b = apart.get(key)
+                if b:
+                    out.append(
+                        f"| {label} | {b['n']} | {_pct(b['transfer_accuracy'])} | "
+                        f"{_pct(b['large_short_accuracy'])} | {100 * b['gain']:+.1f} | "
+                        f"{_pct(b['copy']['small'])} |"
+                    )
+    out += ["", "| gate | measured | |", "|---|---|---|"]
+    for g in m["gates"]:
+        out.append(f"| {g['name']} | {g['detail']} | {'pass' if g['passed'] else 'FAIL'} |")
+    out += ["", f"All gates passed: {'yes' if m['gates_passed'] else 'no'}."]
+    ablation = PAIRS[name] / "ablation.json"
+    if ablation.is_file():
+        from mai_graph.eval.ablation import format_ablation
+
+        result = json.loads(ablation.read_text())
+        out += ["", f"Sparsification ablation (`mai-graph eval --sparsify-ablation`, "
+                f"{result.get('backend', '?')} backend):", "", format_ablation(result)]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
 BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("docs/settings.md", "settings"): settings,
     ("docs/engines.md", "backends"): backends,
+    ("README.md", "pair-default"): pair_default,
+    ("docs/tiny-pair.md", "pair-v3"): pair_tables,
 }
 """(page relative to the checkout, block name) -> the function that writes the block."""
 

@@ -1,7 +1,9 @@
 """The trained tiny pair: two small Qwen3-VL models (a toy) that answer the synthetic task.
 
-The package ships two pairs (:data:`PAIRS`): ``v1`` in ``models/`` (five plain templates) and
-``v2`` in ``models_v2/`` (compositional questions where reasoning helps, task ``v2``). Each holds
+The package ships three pairs (:data:`PAIRS`): ``v1`` in ``models/`` (five plain templates),
+``v2`` in ``models_v2/`` (compositional questions where reasoning helps, task ``v2``) and ``v3``
+in ``models_v3/`` (arrows to follow, where the large model needs reasoning, task ``v3``; its
+sparsification ablation in ``ablation.json``). Each holds
 ``small/`` and ``large/`` in the Hugging Face layout (config, bf16 safetensors, tokenizer,
 processor, chat template) and ``manifest.json`` (how they were trained, their held-out
 accuracies and agreement, the quality gates and the sha256 of every file). They answer
@@ -40,18 +42,20 @@ __all__ = [
 PAIRS: dict[str, Path] = {
     "v1": Path(__file__).resolve().parent / "models",
     "v2": Path(__file__).resolve().parent / "models_v2",
+    "v3": Path(__file__).resolve().parent / "models_v3",
 }
 """The shipped pairs by name (each folder holds ``small/``, ``large/``, ``manifest.json``)."""
 
 DEFAULT_PAIR = "v2"
-"""The pair ``mai-graph demo`` and ``mai-graph pair`` use unless told otherwise."""
+"""The pair ``mai-graph demo`` and ``mai-graph pair`` use unless told otherwise. ``v3`` becomes
+the default only when its manifest's gates pass (tests/tools/test_pair.py checks it)."""
 
 PAIR_DIR = PAIRS["v1"]
 """Where the first shipped pair lives (``v1``)."""
 
 
 def pair_root(name: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of a shipped pair by name (``v1``, ``v2``; None: the default), or a folder.
+    """The folder of a shipped pair by name (None: the default), or a folder.
 
     >>> pair_root("v1") == PAIR_DIR
     True

@@ -118,6 +118,37 @@ def test_the_v2_gates_are_recorded_as_measured_failures_included():
     assert masked["passed"] == (apart["masked"]["gain"] >= 0.05 - 1e-9)
 
 
+def test_the_v3_gates_are_recorded_as_measured_and_decide_the_default():
+    """Every v3 gate the issue lists is in the manifest with the verdict its recorded numbers
+    give (failures included, thresholds not loosened); v3 is the default only if all pass."""
+    from mai_graph.pair.gates import TRANSFER_GATES
+    from mai_graph.pair.train import GATES
+
+    m = read_manifest(PAIRS["v3"])
+    assert m["task"] == "v3"
+    recorded = {g["name"]: g["passed"] for g in m["gates"]}
+    for name, ok, _ in check_gates(m, m["speed"]["ratio"], GATES["v3"]):
+        assert recorded[name] == ok, name
+    ev = m["evaluation"]
+    assert ev["n"] >= 300 and ev["engine"] == "vllm"
+    acc = {k: v["accuracy"] for k, v in ev["policies"].items()}
+    g = TRANSFER_GATES["v3"]
+    assert g.cot_gain == 0.08 and g.transfer_gain == 0.10 and g.masked_gain == 0.05
+    assert g.mai_vs_large_cot == 0.01 and g.speedup == 3.0 and g.mai_over_large == 0.03
+    for model in ("small", "large"):
+        name = f"{model}_cot >= {model} + 8 points"
+        assert recorded[name] == (acc[f"{model}_cot"] - acc[model] >= 0.08 - 1e-9), name
+    above = recorded["MAI >= large + 3 points"]
+    assert above == (acc["mai"] - acc["large"] >= 0.03 - 1e-9)
+    apart = ev["policies"]["mai"]["transfer"]["disagreements"]
+    gain = next(g for g in m["gates"] if g["name"].startswith("transfer beats"))
+    assert gain["passed"] == (apart["full"]["gain"] >= 0.10 - 1e-9)
+    masked = next(g for g in m["gates"] if g["name"].startswith("masked transfer"))
+    assert masked["passed"] == (apart["masked"]["gain"] >= 0.05 - 1e-9)
+    assert m["gates_passed"] == all(recorded.values())
+    assert (DEFAULT_PAIR == "v3") == m["gates_passed"]
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_graph_still_asks_what_the_pair_learned(name):
     pytest.importorskip("transformers")
