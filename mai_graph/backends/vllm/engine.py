@@ -276,7 +276,7 @@ class EngineHandle:
             if left:
                 log.warning("%s: %d process(es) of the dead engine still run", self.name,
                             len(left))  # fmt: skip
-        if not _on_cpu():
+        if not await asyncio.to_thread(_on_cpu):
             share = self._options["gpu_memory_utilization"] or startup.SOLE_ENGINE_SHARE
             await asyncio.to_thread(startup.wait_for_memory, self._devices(), float(share))
 
@@ -284,7 +284,8 @@ class EngineHandle:
         if self._alive():
             return
         group = self._group
-        if group is not None and group.in_order(_on_cpu()):
+        # The platform check imports vLLM the first time: off the event loop.
+        if group is not None and group.in_order(await asyncio.to_thread(_on_cpu)):
             # A lineup on a GPU: every engine starts, in order, before any serves.
             await group.start_all(lambda member: member._start_own())
             return
