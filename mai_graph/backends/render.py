@@ -196,18 +196,24 @@ def render(
 
 
 _CONTROLS: dict[int, tuple[str, ...]] = {}
+_MARKUP_TOKEN = re.compile(r"<[^<>\s]{1,64}>")
 
 
 def control_literals(tokenizer: Any) -> tuple[str, ...]:
-    """The texts a tokenizer turns into one added token (``<|im_start|>``, ``<think>``, ...).
+    """The control tokens a tokenizer matches whole in text (``<|im_start|>``, ``<think>``, ...).
 
     Added tokens are matched in text before the BPE runs, so caller text holding one of these
-    would become that control token.
+    would become that control token. Controls are the special tokens and every added token
+    spelled as markup (``<...>``); an added ordinary word (a domain vocabulary entry) is not.
     """
     key = id(tokenizer)
     if key not in _CONTROLS:
         added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-        found = {str(getattr(t, "content", t)) for t in added.values()}
+        found = {
+            str(getattr(t, "content", t))
+            for t in added.values()
+            if getattr(t, "special", True) or _MARKUP_TOKEN.fullmatch(str(t.content))
+        }
         found |= {str(t) for t in getattr(tokenizer, "all_special_tokens", ()) or ()}
         _CONTROLS[key] = tuple(sorted((t for t in found if t), key=len, reverse=True))
     return _CONTROLS[key]
