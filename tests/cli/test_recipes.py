@@ -1,8 +1,8 @@
 """The GPU recipes in the docs, run as dry runs: every `mai-graph plan` command they show.
 
 The lineup files name hub ids; a Hugging Face cache folder is laid out with the real Qwen3-VL
-configs (mai_graph/engines/configs/qwen3_vl, sources in SOURCES.md) so the plan reads them as it would on a
-machine that downloaded the checkpoints.
+configs (mai_graph/engines/configs/qwen3_vl, sources in SOURCES.md) so the plan reads them as
+it would on a machine that downloaded the checkpoints.
 """
 
 import re

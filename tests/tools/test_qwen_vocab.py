@@ -3,7 +3,8 @@
 Ground truths: tiktoken itself over the shipped ranks (the package's own encoding), the ids
 published for Qwen2 / Qwen3 tokenizers, the added tokens of Qwen3-VL-4B-Instruct's
 tokenizer_config.json, and renders of Qwen3-VL-4B-Instruct's own chat_template.json
-(tests/data/qwen3_vl/template_renders.json; sources in mai_graph/engines/configs/qwen3_vl/SOURCES.md).
+(tests/data/qwen3_vl/template_renders.json; sources in
+mai_graph/engines/configs/qwen3_vl/SOURCES.md).
 """
 
 import json
