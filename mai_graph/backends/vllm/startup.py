@@ -136,21 +136,14 @@ def forget(backend: Any) -> None:
 
 
 def wait_for_exit(processes: Sequence[Any], timeout_s: float) -> list[Any]:
-    """Wait until ``processes`` (``psutil.Process``) have exited; returns those still alive."""
-    deadline = time.monotonic() + timeout_s
-    alive = list(processes)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.2)
-    return alive
+    """Wait until ``processes`` (``psutil.Process``) have exited; returns those still alive.
 
+    The same wait as the teardown's reaper (``psutil.wait_procs``), without the kill.
+    """
+    import psutil
 
-def _alive(process: Any) -> bool:
-    try:
-        return bool(process.is_running()) and process.status() != "zombie"
-    except Exception:  # noqa: BLE001 - gone
-        return False
+    _, alive = psutil.wait_procs(list(processes), timeout=timeout_s)
+    return list(alive)
 
 
 def device_memory(index: int) -> tuple[int, int] | None:
