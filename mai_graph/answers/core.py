@@ -60,7 +60,8 @@ def _read_number_kind(t: str, *, gold: bool = False) -> str:
         q = read_number(t)
     except _Hedge:
         return UNKNOWN
-    return UNKNOWN if q is None else format_quantity(q, with_unit=False)
+    # read_number keeps currencies and units of measure only ("12 km", never "4 birds")
+    return UNKNOWN if q is None else format_quantity(q, with_unit=True)
 
 
 def _says_yes_no(region: str) -> bool:
@@ -157,7 +158,7 @@ def extract_answer(
     >>> extract_answer("a dog", options={"B": "a cat", "C": "a dog"})
     'C'
     >>> extract_answer("Yes, it is.", "yes_no"), extract_answer("$1,200", "number")
-    ('yes', '1200')
+    ('yes', '$1200')
     >>> extract_answer("The Seven Dwarfs!", "text"), extract_answer("4.1k birds")
     ('7 dwarfs', '4100 birds')
     >>> extract_answer("I can't tell.") == UNKNOWN

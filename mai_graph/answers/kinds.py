@@ -15,8 +15,9 @@ AnswerKind = Literal["auto", "choice", "yes_no", "number", "text"]
   as yes/no, a number (with its unit noun), a date or time, or text.
 - ``choice``: multiple choice; answers are option letters, read from letters or option texts.
 - ``yes_no``: answers are ``yes`` or ``no``.
-- ``number``: answers are numbers (units dropped, ``%`` and magnitudes kept), compared within a
-  relative tolerance; years, dates and clock times compare exactly.
+- ``number``: answers are numbers (count nouns dropped; ``%``, magnitudes, currencies and units
+  of measure kept, ``1 km`` = ``1000 m``), compared within a relative tolerance; years, dates
+  and clock times compare exactly.
 - ``text``: free text, compared after VQA answer normalization.
 """
 

@@ -88,12 +88,16 @@ _SCAN = re.compile(
     |(?P<decade>(?<![\w.])(?P<dec>\d{{3}}0)'?s\b)
     |(?P<num>(?<![\w.,])(?P<neg>-(?=[{_CURRENCY}]?\.?\d))?(?:(?P<cur>[{_CURRENCY}])\s?)?
         (?P<neg2>-)?(?=\.?\d)
-        (?P<int>\d{{1,3}}(?:,\d{{3}})+(?![\d,])|\d+)?(?P<frac>\.\d+)?
-        (?:e(?P<exp>[+-]?\d{{1,4}})(?![a-z\d.])|\s?\^\s?(?P<pow>[+-]?\d{{1,4}})(?![\d.]))?
+        (?P<int>\d{{1,3}}(?:,\d{{3}})+(?![\d,])
+           |\d{{1,3}}(?:(?P<gsep>[ '_])\d{{3}})(?:(?P=gsep)\d{{3}})*(?![\d,.'_]|\ \d)
+           |\d+)?(?P<frac>\.\d+)?
+        (?:\ (?P<mixn>\d{{1,6}})/(?P<mixd>\d{{1,6}})(?![\d/.]))?
+        (?:e(?P<exp>[+-]?\d{{1,4}})(?![a-z\d.])|\s?\^\s?(?P<pow>[+-]?\d{{1,4}})(?![\d.])
+           |\s?[x×*·]\s?10\s?\^\s?(?P<sci>[+-]?\d{{1,4}})(?![\d.]))?
         (?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?![\d/]))?
         (?P<ord>(?:st|nd|rd|th)\b)?
         (?:(?P<magc>[kmbt])(?![a-z])
-           |\s?(?P<magw>thousand|million|billion|trillion|bn|mn|mln|tn)\b)?
+           |\s?(?P<magw>thousand|million|billion|trillion|bn|mn|mln|tn|dozen)\b)?
         (?:\s?(?P<pct>%|percent\b|per\s?cent\b|pct\b))?)
     |(?P<words>{NUMBER_WORDS})
     |(?P<no>\b(?:none|no)\b)
@@ -103,6 +107,7 @@ _SCAN = re.compile(
 _MAGNITUDE: Final = {
     "k": 10**3, "thousand": 10**3, "m": 10**6, "million": 10**6, "mn": 10**6, "mln": 10**6,
     "b": 10**9, "billion": 10**9, "bn": 10**9, "t": 10**12, "trillion": 10**12, "tn": 10**12,
+    "dozen": 12,
 }  # fmt: skip
 _MAG_LETTERS = "kKMBT"  # "5m" is five metres, "5M" five million
 
@@ -190,7 +195,30 @@ _UNIT_ALIAS: Final = {
     "second": "s", "sec": "s", "yr": "year", "foot": "ft", "feet": "ft", "mile": "mi",
     "degree": "°", "people": "person", "person": "person", "children": "child",
     "men": "man", "women": "woman", "mice": "mouse", "geese": "goose", "teeth": "tooth",
+    "inch": "inch", "yard": "yd", "ounce": "oz", "liter": "l", "litre": "l", "milliliter": "ml",
+    "millilitre": "ml", "millisecond": "ms", "mins": "min", "hrs": "h", "secs": "s",
+    "kgs": "kg", "lbs": "lb", "celsius": "°c", "fahrenheit": "°f",
 }  # fmt: skip
+_MEASURES: Final = {
+    "mm": ("length", "0.001"), "cm": ("length", "0.01"), "m": ("length", "1"),
+    "km": ("length", "1000"), "inch": ("length", "0.0254"), "ft": ("length", "0.3048"),
+    "yd": ("length", "0.9144"), "mi": ("length", "1609.344"),
+    "mm2": ("area", "0.000001"), "cm2": ("area", "0.0001"), "m2": ("area", "1"),
+    "km2": ("area", "1000000"),
+    "mg": ("mass", "0.000001"), "g": ("mass", "0.001"), "kg": ("mass", "1"),
+    "tonne": ("mass", "1000"), "lb": ("mass", "0.45359237"), "oz": ("mass", "0.028349523125"),
+    "ms": ("time", "0.001"), "s": ("time", "1"), "min": ("time", "60"), "h": ("time", "3600"),
+    "day": ("time", "86400"), "week": ("time", "604800"),
+    "ml": ("volume", "0.001"), "l": ("volume", "1"),
+    "°": ("angle", "1"), "°c": ("celsius", "1"), "°f": ("fahrenheit", "1"),
+}  # fmt: skip
+"""Units of measure the ``number`` kind keeps (a count noun it drops): each with its dimension
+and its size in the dimension's base unit, so ``1 km`` is ``1000 m`` and ``12 km`` is never
+``12 m``. SI and US customary definitions (NIST SP 811, appendix B)."""
+
+
+_MALFORMED = re.compile(r"[.,]\d")
+"""After a number: another decimal or group part that does not fit it ("1,5", "1.2.3")."""
 
 _C_NUM = re.compile(
     rf"(?P<neg>-)?(?P<cur>[{_CURRENCY}])?(?P<int>\d{{1,3}}(?:,\d{{3}})+|\d+)(?P<frac>\.\d+)?"
@@ -310,17 +338,25 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
     int_part, frac = g["int"] or "", g["frac"] or ""
     if len(int_part) + len(frac) > _MAX_DIGITS + 8:
         return None, end
+    if _MALFORMED.match(text, m.end("int") if int_part and not frac else m.end()):
+        raise _Hedge  # "1,5", "1.2.3", "1.234,5": not one number we can read for sure
+    mixed = g["mixn"] is not None and not (frac or g["den"])
+    if mixed and not 0 < int(g["mixn"]) < int(g["mixd"]):
+        raise _Hedge  # "3 4/2": not a mixed number
     try:
-        value = Decimal(int_part.replace(",", "") + frac if int_part else "0" + frac)
+        value = Decimal(int_part.replace(",", "").replace(g["gsep"] or ",", "") + frac
+                        if int_part else "0" + frac)  # fmt: skip
+        if mixed:  # "2 1/2" is 2.5
+            value += _CTX.divide(Decimal(g["mixn"]), Decimal(g["mixd"]))
         # Scientific notation and powers keep their scale: "1e5" is 100000, never 1.
-        if g["exp"]:
-            value = value.scaleb(int(g["exp"]), _CTX)
+        if g["exp"] or g["sci"]:
+            value = value.scaleb(int(g["exp"] or g["sci"]), _CTX)
         elif g["pow"]:
             power = int(g["pow"])
             if abs(power) > _MAX_POWER or (value == 0 and power < 0):
                 return None, end
             value = _CTX.power(value, power)
-        if (g["exp"] or g["pow"]) and value and abs(value.adjusted()) > _MAX_DIGITS:
+        if (g["exp"] or g["pow"] or g["sci"]) and value and abs(value.adjusted()) > _MAX_DIGITS:
             return None, end  # beyond what a canonical number spells out: not compared
         if g["den"]:
             den = Decimal(g["den"])
@@ -340,11 +376,12 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
     if g["neg"] or g["neg2"]:
         value = -value
     pct = bool(g["pct"]) and end == m.end()
-    scaled = g["exp"] or g["pow"]
+    scaled = g["exp"] or g["pow"] or g["sci"] or mixed
     bare = not (frac or g["den"] or mag or pct or g["cur"] or g["neg"] or g["neg2"] or scaled)
     if bare and "," not in int_part and len(int_part) == 4 and YEAR_MIN <= value <= YEAR_MAX:
         return Quantity("year", value), end
-    q = Quantity("num", value, percent=pct, currency=g["cur"] or "", grouped="," in int_part)
+    grouped = "," in int_part or g["gsep"] is not None
+    q = Quantity("num", value, percent=pct, currency=g["cur"] or "", grouped=grouped)
     return q, end
 
 
@@ -458,8 +495,8 @@ def _skip_space(text: str) -> int:
 def read_number(text: str) -> Quantity | None:
     """The stated number of a prepared text (``number`` kind); None if there is none.
 
-    Units are dropped (a year followed by a count noun becomes a quantity); the percent sign
-    stays.
+    Count nouns are dropped (a year followed by one becomes a quantity); the percent sign,
+    currencies and units of measure (:data:`_MEASURES`) stay.
 
     Raises:
         _Hedge: When the stated number is a range, a choice between numbers or a bound.
@@ -479,8 +516,33 @@ def read_number(text: str) -> Quantity | None:
     if q.kind == "year":
         q = _with_unit(q, _unit_after(low, end)[0])
     if q.kind == "num":
-        return Quantity("num", q.value, percent=q.percent, grouped=q.grouped)
+        unit = _measure_after(low, end) if not q.percent else ""
+        after = low[end : end + 2].lstrip()[:1]
+        currency = q.currency or (after if after and after in _CURRENCY else "")  # "5€"
+        return Quantity("num", q.value, percent=q.percent, currency=currency, unit=unit,
+                        grouped=q.grouped)  # fmt: skip
     return q
+
+
+def _measure_after(low: str, end: int) -> str:
+    """The unit of measure right after a number ("12 km", "5m", "20 °C"), or ``""``.
+
+    >>> _measure_after("12 kilometres long", 2), _measure_after("4 birds", 1)
+    ('km', '')
+    >>> _measure_after("10 m2", 2), _measure_after("10 m2x", 2)
+    ('m2', 'm')
+    """
+    m = _UNIT_WORD.match(low, end)
+    if m is None:
+        return ""
+    key = _unit_key(m.group(1))
+    if low[m.end() : m.end() + 1] in ("2", "3") and not low[m.end() + 1 : m.end() + 2].isalnum():
+        key += low[m.end()]  # "10 m²" (prepared as "m2") is an area
+    if key == "°":  # "20 degrees Celsius"
+        scale = _UNIT_WORD.match(low, m.end())
+        if scale is not None and _unit_key(scale.group(1)) in ("°c", "°f"):
+            key = _unit_key(scale.group(1))
+    return key if key in _MEASURES else ""
 
 
 def read_auto_number(region: str) -> Quantity | None:
@@ -633,7 +695,11 @@ def quantities_match(a: Quantity, b: Quantity, *, rel_tol: float, gold: bool = F
     ua = _unit_key(a.currency or a.unit) if (a.currency or a.unit) else ""
     ub = _unit_key(b.currency or b.unit) if (b.currency or b.unit) else ""
     if ua and ub and ua != ub:
-        return False
+        da, db = _MEASURES.get(ua), _MEASURES.get(ub)
+        if da is None or db is None or da[0] != db[0] or a.percent or b.percent:
+            return False
+        # one dimension, two units: "1 km" is "1000 m"
+        return _close(a.value * Decimal(da[1]), b.value * Decimal(db[1]), rel_tol, gold)
     if a.kind == "year" or b.kind == "year":
         return a.value == b.value and a.percent == b.percent
     if a.percent == b.percent:

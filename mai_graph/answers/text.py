@@ -48,6 +48,14 @@ _TRANSLATE: Final = str.maketrans(
     }
 )
 _SPECIAL: Final = tuple(chr(c) for c in _TRANSLATE)
+_SUPERSCRIPTS: Final = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"
+# A power written with superscripts after a digit ("10³") becomes "10^3" before NFKC, which
+# would make it "103"; after a letter ("m²") NFKC's "m2" is kept (a unit of its own).
+_SUPER_POWER = re.compile(f"(?<=\\d)(\u207b?)([{_SUPERSCRIPTS}]+)")
+_SUPER_DIGITS: Final = str.maketrans(_SUPERSCRIPTS, "0123456789")
+# A vulgar fraction right after a digit ("1½") is its own part of a mixed number: NFKC alone
+# would write "11⁄2".
+_GLUED_FRACTION = re.compile("(?<=\\d)(?=[\u00bc-\u00be\u2150-\u215e])")
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -93,6 +101,9 @@ def prepare(text: str) -> str:
     >>> prepare("答案：C")
     '答案:C'
     """
+    if not text.isascii():
+        text = _SUPER_POWER.sub(_caret_power, text)
+        text = _GLUED_FRACTION.sub(" ", text)
     text = unicodedata.normalize("NFKC", text)
     text = strip_think(text)
     if any(c in text for c in _SPECIAL):
@@ -104,6 +115,10 @@ def prepare(text: str) -> str:
     if "_" in text:
         text = _UNDERSCORE.sub("", text)
     return text
+
+
+def _caret_power(m: re.Match[str]) -> str:
+    return "^" + ("-" if m.group(1) else "") + m.group(2).translate(_SUPER_DIGITS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -342,11 +342,40 @@ def test_docs_examples_hold(kind, output, canonical):
 NOT_EQUAL = [
     ("1e5", "1e9"), ("1e5", "1"), ("10^5", "10"), ("2^10", "2"), ("1e400", "1e401"),
     ("2^400", "2^401"), ("x = 1e5", "1e9"), ("1.5e-2", "1.5"), ("3e+2", "3"), ("5E3", "5"),
+    # signs
+    ("-5", "5"), ("\u22125", "5"), ("+5", "-5"), ("-0.5", "0.5"), ("-$3", "$3"),
+    # separators: a comma, period or space that is not a thousands group
+    ("1,5", "15"), ("1,5", "1"), ("1,50", "150"), ("1.2.3", "1.2"), ("3.14.15", "3.14"),
+    ("1.234,5", "1.234"), ("1.234,5", "1234"), ("1 000 000", "1"), ("1'000", "1"),
+    ("1_000", "1"), ("12.03.2024", "12.03"), ("1,234,5", "1234"),
+    # scale words and units next to the number
+    ("12 km", "12 m"), ("12 kg", "12 g"), ("5 cm", "5 mm"), ("3 hours", "3 minutes"),
+    ("12\u00b0C", "12\u00b0F"), ("20 degrees Celsius", "20 degrees Fahrenheit"),
+    ("10 m\u00b2", "10 m"), ("5 million", "5 billion"), ("5M", "5m"), ("10k", "10"),
+    ("3 dozen", "3"), ("a dozen", "1"), ("5 thousand", "5"), ("$5", "5\u20ac"),
+    ("$5", "\u20ac5"), ("1 mile", "1 km"), ("2 lb", "2 kg"), ("500 ml", "500 l"),
+    ("1 day", "1 week"),
+    # powers written with superscripts and products
+    ("10\u00b3", "103"), ("10\u00b3", "10"), ("5 \u00d7 10^3", "5"), ("5x10^3", "5"),
+    ("5\u00b710\u00b3", "5"), ("2.5 \u00d7 10\u207b\u00b3", "2.5"),
+    # fractions and mixed numbers
+    ("2 1/2", "2"), ("2 1/2", "21/2"), ("1 \u00bd", "1"), ("1\u00bd", "11/2"),
+    ("\u00bd", "1"), ("1/2", "2"), ("3/4", "34"),
+    # ranges are no single number
+    ("3-5", "3"), ("3\u20135", "5"), ("10 to 20", "10"), ("between 3 and 5", "3"),
+    ("5 or 6", "5"),
 ]  # fmt: skip
 EQUAL = [
     ("1e5", "100000"), ("2.5e3", "2500"), ("1E-3", "0.001"), ("10^5", "100000"),
     ("7e2", "700"), ("3e+2", "300"), ("1e05", "100,000"), ("2^10", "1024"),
     ("the answer is 5e3", "5000"), ("1.5e-2", "0.015"),
+    ("\u22125", "-5"), ("1 000 000", "1000000"), ("1'000", "1000"), ("1_000", "1,000"),
+    ("10\u00b3", "1000"), ("5 \u00d7 10^3", "5000"), ("5\u00b710\u00b3", "5,000"),
+    ("2.5 \u00d7 10\u207b\u00b3", "0.0025"), ("2 1/2", "2.5"), ("1 \u00bd", "1.5"),
+    ("1\u00bd", "1.5"), ("\u00bd", "0.5"), ("3 dozen", "36"), ("1 km", "1000 m"),
+    ("12 km", "12 kilometers"), ("2 h", "120 minutes"), ("12", "12 km"),
+    ("1.5 inches", "1.5 inch"), ("5 kg", "5000 g"), ("$5", "5 dollars"),
+    ("\uff11\uff12", "12"),
 ]  # fmt: skip
 
 
@@ -375,3 +404,17 @@ def test_a_run_whose_models_answer_1e5_and_1e9_does_not_end_at_the_gate():
     result = run("How many grains of sand?", small=small, large=large, answer_kind="number")
     assert result.route != "agree"
     assert result.canonical == "1000000000"
+
+
+DIFFERENT = [("12 km", "12 m"), ("1,5", "15"), ("10³", "103"), ("2 1/2", "2")]
+
+
+@pytest.mark.parametrize(("small_says", "large_says"), DIFFERENT)
+def test_different_numbers_never_end_a_run_at_the_gate(small_says, large_says):
+    """Through the Python door: two readings of different numbers are a disagreement."""
+    from mai_graph import ScriptedBackend, run
+
+    small = ScriptedBackend({"short": small_says, "cot": "so", "s2": small_says}, name="small")
+    large = ScriptedBackend({"short": large_says, "answer": large_says}, name="large")
+    for kind in ("number", "auto"):
+        assert run("How far is it?", small=small, large=large, answer_kind=kind).route != "agree"

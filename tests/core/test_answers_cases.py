@@ -120,7 +120,7 @@ NUMBER_CASES = [
     ("2.5M", "2500000"),
     ("7 bn", "7000000000"),
     ("7 billion", "7000000000"),
-    ("$1.2M", "1200000"),
+    ("$1.2M", "$1200000"),
     ("1.5 thousand", "1,500"),  # a quantity in the year range keeps its separator
     ("3 trillion", "3000000000000"),
     ("30 %", "30%"),
@@ -129,7 +129,7 @@ NUMBER_CASES = [
     ("30 per cent", "30%"),
     ("12.5%", "12.5%"),
     ("-4.5%", "-4.5%"),
-    ("5m", "5"),  # five metres, not five million
+    ("5m", "5 m"),  # five metres, not five million
     # separators, signs, forms
     ("1,234", "1234"),
     ("1,234,567", "1234567"),
@@ -144,10 +144,10 @@ NUMBER_CASES = [
     ("5.", "5"),
     ("1/2", "0.5"),
     ("3/4 of them", "0.75"),
-    ("$3.50", "3.5"),
-    ("€20", "20"),
-    ("12 cm", "12"),
-    ("12cm", "12"),
+    ("$3.50", "$3.5"),
+    ("€20", "€20"),
+    ("12 cm", "12 cm"),
+    ("12cm", "12 cm"),
     ("7 apples", "7"),
     ("１２", "12"),
     # number words
@@ -255,14 +255,14 @@ NUMBER_CASES = [
     ("答案：15", "15"),
     ("There are 12 people in the image.", "12"),
     ("The bar for 2019 shows 45.6.", "45.6"),
-    ("In 2015, sales were $4.5 billion.", "4500000000"),
+    ("In 2015, sales were $4.5 billion.", "$4500000000"),
     ("The difference between A and B is 15.", "15"),
     ("The difference is 15 (45 - 30).", "15"),
     ("45 - 30 = 15", "15"),
     ("15, since 45 - 30 = 15", "15"),
     ("It's 3.", "3"),
-    ("The price is $19.99", "19.99"),
-    ("The temperature is -5°C", "-5"),
+    ("The price is $19.99", "$19.99"),
+    ("The temperature is -5°C", "-5 °c"),
     ("50km/h", "50"),
     ("The ratio is 3:2", "1.5"),
     ("16:9", "1.77777777778"),
@@ -286,7 +286,7 @@ NUMBER_CASES = [
     ("The difference is 12.5 percentage points.", "12.5"),
     ("Approximately 3,500 people", "3500"),
     ("The sum of the two largest values is 150 (90 + 60).", "150"),
-    ("It's about 20 degrees.", "20"),
+    ("It's about 20 degrees.", "20 °"),
 ]
 
 
