@@ -137,16 +137,20 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def serving_app(app) -> Iterator[str]:
-    """Serve an ASGI ``app`` with uvicorn on a free loopback port, in a thread; yields its URL."""
+def serving_app(app, **limits: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on a free loopback port, in a thread; yields its URL.
+
+    Configured as ``mai-graph serve`` configures it (``server_config``: the bounded transport);
+    ``limits`` are ``server_config``'s keywords (``max_connections``, ``head_timeout_s``, ...).
+    """
     import threading
 
     import uvicorn
 
+    from mai_graph.adapters.endpoint.server import server_config
+
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
+    server = uvicorn.Server(server_config(app, port=port, **limits))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -47,6 +47,7 @@ __all__ = [
     "PixelBudget",
     "aload_image",
     "check_ref",
+    "check_store",
     "load_image",
     "PIXELS",
     "PixelCache",
@@ -338,6 +339,13 @@ def make_ref(
     from PIL import Image
 
     if isinstance(source, Image.Image):
+        if source.width <= 0 or source.height <= 0:
+            raise ImageError(
+                f"image {label} is empty ({source.width}x{source.height})",
+                parameter="image",
+                value=f"{source.width}x{source.height}",
+                fix="pass an image with pixels",
+            )
         if source.width * source.height > max_pixels:
             raise ImageError(
                 f"image {label} has {source.width}x{source.height} pixels, "
@@ -411,6 +419,41 @@ def store_dir() -> Path:
             value=str(path),
             fix="remove it, or set MAI_GRAPH_IMAGE_DIR to a folder only this user can write",
         )
+    return path
+
+
+def check_store() -> Path:
+    """The image store's folder, checked as a server checks it at start-up (blocking).
+
+    Its size bound (``$MAI_GRAPH_IMAGE_STORE_MB``) must be a positive number, and its folder
+    (:func:`store_dir`) a private directory this user can write a file in.
+
+    Raises:
+        ConfigError: Either is not, naming the variable and its value.
+    """
+    _store_limit()
+    where = os.environ.get("MAI_GRAPH_IMAGE_DIR") or None
+    fix = "set MAI_GRAPH_IMAGE_DIR to a folder only this user can write, or unset it"
+    try:
+        path = store_dir()
+        probe = path / f".check.{os.getpid()}.{threading.get_ident()}.tmp"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except ImageError as exc:  # the default folder is not this user's private directory
+        raise ConfigError(
+            f"the image store {exc.value} is not a private directory of this user",
+            parameter="MAI_GRAPH_IMAGE_DIR",
+            value=exc.value,
+            fix=fix,
+        ) from None
+    except OSError as exc:
+        shown = where or exc.filename
+        raise ConfigError(
+            f"the image store {shown} is not a writable folder: {exc.strerror or exc}",
+            parameter="MAI_GRAPH_IMAGE_DIR",
+            value=shown,
+            fix=fix,
+        ) from None
     return path
 
 

@@ -617,6 +617,9 @@ def test_a_stop_waits_for_runs_in_flight_at_most_the_shutdown_timeout():
     assert aborted and aborted[0] - stop < 3.0, "the run in flight was never cancelled"
     asker.join(timeout=10)
     assert outcome, "the abandoned request cannot have been answered"
+    cut = outcome[0]  # a 503 saying why, not uvicorn's plain-text 500
+    assert isinstance(cut, openai.APIStatusError) and cut.status_code == 503, cut
+    assert cut.body["code"] == "server_stopping" and "stopped before answering" in cut.message
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "10"])
@@ -687,3 +690,224 @@ def test_a_trickled_body_is_a_408_and_frees_its_admission_slot():
         sock.close()
     assert out.choices[0].message.content == "A" and waited < 5
     assert reply.startswith("HTTP/1.1 408") and "request_timeout" in reply
+
+
+# -- the transport before the key check (uvicorn as `mai-graph serve` configures it) ----------
+
+
+def _raw(url: str, data: bytes, *, wait_s: float = 5) -> tuple[bytes, bool]:
+    """Send ``data`` on a fresh connection; what came back, and whether the server closed it."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass
+        reply = b""
+        try:
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+        except TimeoutError:
+            return reply, False
+    return reply, True
+
+
+@pytest.mark.server
+def test_the_transport_is_bounded_before_the_key_is_checked():
+    """A head over the limit is a 431, a head that does not arrive in time a 408, a connection
+    past the limit a 503, all before any key is checked and with OpenAI's error body; a keyless
+    request is refused and its connection closed, so its body is not read on."""
+    import socket
+
+    small, large = transfer_pair()
+    app = create_app(small, large, api_keys=[KEY])
+    with serving_app(app, max_connections=4, head_timeout_s=0.5) as url:
+        huge, closed = _raw(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: "
+                            + b"a" * 20_000)  # fmt: skip
+        assert huge.startswith(b"HTTP/1.1 431") and closed, huge[:200]
+        error = json.loads(huge.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["param"] == "headers" and error["code"] == "request_header_too_large"
+        assert "8,192 bytes" in error["message"] and "Fix:" in error["message"]
+
+        start = time.monotonic()
+        slow, closed = _raw(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        assert slow.startswith(b"HTTP/1.1 408") and closed and time.monotonic() - start < 3
+        assert b"did not arrive within 0.5 s" in slow
+
+        keyless, closed = _raw(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                               b"Content-Length: 1000000\r\n\r\n{")  # fmt: skip
+        assert keyless.startswith(b"HTTP/1.1 401") and closed, keyless[:200]
+        early, closed = _raw(url, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n")
+        assert early.startswith(b"HTTP/1.1 200") and closed, early[:200]  # its body unread
+
+        behind, closed = _raw(url, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1"
+                              b"\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n")  # fmt: skip
+        assert behind.startswith(b"HTTP/1.1 200") and closed, behind[:200]
+        assert b"HTTP/1.1 431" in behind  # a whole head over the limit, pipelined
+
+        host, port = url.removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(4)]
+        try:
+            time.sleep(0.1)
+            over, closed = _raw(url, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert over.startswith(b"HTTP/1.1 503") and closed, over[:200]
+            assert b"too_many_connections" in over
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.2)
+        with client(url, timeout=10) as c:  # and a good request is answered
+            out = c.chat.completions.create(model="mai", messages=question())
+        assert out.choices[0].message.content == "A"
+    assert small.calls("short") == [small.calls("short")[0]]  # only the good request's
+
+
+@pytest.mark.parametrize(("keyword", "bad"), [("max_connections", 0), ("head_timeout_s", 0),
+                                              ("max_head_bytes", 100)])  # fmt: skip
+def test_the_transport_limits_are_checked(keyword, bad):
+    from mai_graph.adapters.endpoint.server import server_config
+    from mai_graph.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=keyword):
+        server_config(None, **{keyword: bad})
+
+
+@pytest.mark.server
+def test_a_body_slower_than_the_minimum_rate_is_cut_at_the_grace_not_the_timeout():
+    """A key holder trickling a body gives up its admission slot after ``BODY_GRACE_S``, not
+    the 30 s body timeout: the request waiting behind it is answered within seconds."""
+    import socket
+
+    from mai_graph.adapters.endpoint.app import BODY_GRACE_S
+
+    small, large = transfer_pair()
+    app = create_app(small, large, api_keys=[KEY], max_preparing=1)
+    with serving_app(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 100000\r\n\r\n{").encode())  # fmt: skip
+        time.sleep(0.2)
+        start = time.monotonic()
+        with client(url, timeout=20) as c:
+            out = c.chat.completions.create(model="mai", messages=question())
+        waited = time.monotonic() - start
+        reply = sock.recv(65536).decode()
+        sock.close()
+    assert out.choices[0].message.content == "A" and waited < BODY_GRACE_S + 2, waited
+    assert reply.startswith("HTTP/1.1 408") and "slower than 64 KiB/s" in reply
+
+
+# -- the server's own settings: checked at start, failures logged -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "match"),
+    [
+        ("MAI_GRAPH_IMAGE_DIR", "file", "image store .* not a writable folder"),
+        ("MAI_GRAPH_IMAGE_STORE_MB", "lots", "MAI_GRAPH_IMAGE_STORE_MB must be"),
+        ("MAI_GRAPH_PIXEL_CACHE_MB", "-1", "MAI_GRAPH_PIXEL_CACHE_MB must be"),
+    ],
+)
+def test_a_misconfigured_server_refuses_to_start(variable, value, match, tmp_path, monkeypatch):
+    """Settings every request would use are checked when the app is made: a ConfigError naming
+    the variable and the fix, instead of a failure per request."""
+    from mai_graph.errors import ConfigError
+
+    if value == "file":
+        (tmp_path / "store").write_text("a file, not a folder")
+        value = str(tmp_path / "store")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=match) as err:
+        create_app(*transfer_pair())
+    assert err.value.parameter == variable and err.value.fix
+
+
+@pytest.mark.server
+def test_the_serve_command_refuses_to_start_on_a_misconfigured_image_store(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from mai_graph.cli import EXIT_USAGE
+    from tests.servers import free_port
+
+    (tmp_path / "store").write_text("a file, not a folder")
+    env = {
+        **os.environ,
+        "MAI_GRAPH_BACKEND": "fake",
+        "MAI_GRAPH_IMAGE_DIR": str(tmp_path / "store"),
+    }
+    cmd = [sys.executable, "-m", "mai_graph.cli", "serve", "--port", str(free_port())]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("mai-graph serve started on an image store that is a file")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "MAI_GRAPH_IMAGE_DIR" in done.stderr and "Fix:" in done.stderr
+    assert "Traceback" not in done.stderr and "serving" not in done.stderr
+
+
+def test_a_server_setting_failing_at_request_time_is_a_logged_5xx(tmp_path, monkeypatch, caplog):
+    """The image store filling up, or its folder replaced by a file, after the start: the
+    client gets a 5xx that names no server path (not a 400 blaming its request), and the
+    server's log has the error with its traceback."""
+    import logging
+    import shutil
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(store))
+    monkeypatch.setenv("MAI_GRAPH_PIXEL_CACHE_MB", "0")  # every image goes to the store
+    small, large = transfer_pair()
+    with running(create_app(small, large, api_keys=[KEY])) as endpoint:
+        monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "0.0001")  # 100 bytes: full
+        with caplog.at_level(logging.ERROR, logger="mai_graph"):
+            with client(endpoint) as c, pytest.raises(openai.APIStatusError) as full:
+                c.chat.completions.create(model="mai", messages=question(image=data_url((1, 2, 3))))
+            monkeypatch.delenv("MAI_GRAPH_IMAGE_STORE_MB")
+            shutil.rmtree(store)
+            store.write_text("a file, not a folder")
+            with client(endpoint) as c, pytest.raises(openai.InternalServerError) as broken:
+                c.chat.completions.create(model="mai", messages=question(image=data_url((4, 5, 6))))
+    assert full.value.status_code == 503 and full.value.body["code"] == "server_setting_failed"
+    assert "MAI_GRAPH_IMAGE_STORE_MB" in full.value.message and str(store) not in str(full.value)
+    assert broken.value.status_code == 500 and str(store) not in str(broken.value)
+    logged = [r for r in caplog.records if r.name.startswith("mai_graph")]
+    assert len(logged) == 2 and all(r.levelno == logging.ERROR and r.exc_info for r in logged)
+    assert "image store is full" in logged[0].getMessage()
+    assert small.calls("short") == []
+
+
+@pytest.mark.server
+def test_the_serve_command_logs_a_500_with_its_traceback(tmp_path):
+    """`mai-graph serve` whose image folder is replaced by a file after the start: the image
+    request's 500 is in the server's log, with the traceback, at its default log level."""
+    import os
+    import shutil
+    import sys
+
+    from tests.servers import free_port, serving
+
+    store, port = tmp_path / "store", free_port()
+    store.mkdir()
+    env = {**os.environ, "MAI_GRAPH_BACKEND": "fake", "MAI_GRAPH_IMAGE_DIR": str(store),
+           "MAI_GRAPH_PIXEL_CACHE_MB": "0"}  # fmt: skip
+    cmd = [sys.executable, "-m", "mai_graph.cli", "serve", "--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    with serving(cmd, f"{url}/health", log, env=env, timeout=120):
+        shutil.rmtree(store)
+        store.write_text("a file, not a folder")
+        with httpx.Client(timeout=30) as h:
+            r = h.post(f"{url}/v1/chat/completions",
+                       json={"model": "mai", "messages": question()})  # fmt: skip
+        time.sleep(0.3)
+        text = log.read_text()
+    assert r.status_code == 500 and "see the server's log" in r.json()["error"]["message"]
+    assert "ERROR" in text and "preparing a request failed (500)" in text, text[-2000:]
+    assert "Traceback (most recent call last)" in text and "FileExistsError" in text

@@ -34,8 +34,10 @@ The modules: :mod:`~mai_graph.adapters.endpoint.schema` (the request body, the e
 :mod:`~mai_graph.adapters.endpoint.translate` (request -> run, run -> OpenAI response),
 :mod:`~mai_graph.adapters.endpoint.stream` (a streamed run's server-sent events),
 :mod:`~mai_graph.adapters.endpoint.app` (:func:`create_app`: routes, keys, concurrency),
-:mod:`~mai_graph.adapters.endpoint.server` (:func:`serve` under uvicorn, :func:`memory_bound`)
-and :mod:`~mai_graph.adapters.endpoint.metrics` (``GET /metrics``).
+:mod:`~mai_graph.adapters.endpoint.server` (:func:`serve` under uvicorn, :func:`memory_bound`),
+:mod:`~mai_graph.adapters.endpoint.transport` (the connection cap and a request head's size
+and deadline, before any key is checked) and :mod:`~mai_graph.adapters.endpoint.metrics`
+(``GET /metrics``).
 """
 
 from mai_graph.adapters.endpoint.app import create_app

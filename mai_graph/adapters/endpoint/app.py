@@ -2,10 +2,11 @@
 
 :func:`create_app` builds it over one pair (or lineup) of backends that every request
 shares; :class:`Endpoint` is what the requests share. The request body is read here under
-its size cap and time limit (413, 408), then :mod:`~mai_graph.adapters.endpoint.translate`
-turns it into a run and the run's output into OpenAI's response;
-:mod:`~mai_graph.adapters.endpoint.stream` answers ``"stream": true``. Serving it:
-:mod:`~mai_graph.adapters.endpoint.server`.
+its size cap, minimum rate and time limit (413, 408), then
+:mod:`~mai_graph.adapters.endpoint.translate` turns it into a run and the run's output into
+OpenAI's response; :mod:`~mai_graph.adapters.endpoint.stream` answers ``"stream": true``.
+The server's own settings (the image store, the pixel cache) are checked as the app is made,
+and every 5xx it answers is logged. Serving it: :mod:`~mai_graph.adapters.endpoint.server`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +30,7 @@ from mai_graph.adapters.endpoint.schema import (
     ChatCompletionRequest,
     EndpointError,
     as_endpoint_error,
+    operator_side,
     parse_body,
 )
 from mai_graph.adapters.endpoint.stream import stream_response
@@ -43,7 +47,7 @@ from mai_graph.adapters.endpoint.translate import (
 )
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext
-from mai_graph.errors import ConfigError, check_int
+from mai_graph.errors import ConfigError, MAIError, check_int
 from mai_graph.graph import create_mai_graph
 from mai_graph.inputs.sources import ImagePolicy
 from mai_graph.lineup import Lineup
@@ -52,12 +56,16 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.types import Message, Receive, Scope, Send
 
 __all__ = [
+    "BODY_GRACE_S",
+    "BODY_MIN_RATE",
     "BODY_READ_TIMEOUT_S",
     "MAX_BODY_BYTES",
     "MAX_PREPARING",
     "Endpoint",
+    "StopGuard",
     "create_app",
 ]
 
@@ -70,6 +78,15 @@ one is refused with 413 before it is read whole (``create_app(max_body_bytes=...
 BODY_READ_TIMEOUT_S = 30.0
 """Longest a request's body may take to arrive; a slower one is a 408 (slow uploads would
 otherwise hold the admission slots)."""
+
+BODY_MIN_RATE = 64 * 1024
+"""Slowest a body may arrive once it is being read, in bytes a second (512 kbit/s), after
+:data:`BODY_GRACE_S`: by ``t`` seconds it must have sent ``BODY_MIN_RATE * (t - grace)``
+bytes, else a 408 (Apache's ``mod_reqtimeout`` rule). A client trickling its body holds an
+admission slot for about the grace, not the whole :data:`BODY_READ_TIMEOUT_S`."""
+
+BODY_GRACE_S = 2.0
+"""Seconds a body being read may send nothing before :data:`BODY_MIN_RATE` applies."""
 
 MAX_PREPARING = 2
 """Requests whose bodies are read and images decoded at once, by default (the rest wait)."""
@@ -113,6 +130,24 @@ class Endpoint:
     def error(self, exc: BaseException) -> EndpointError:
         """``exc`` as the client may see it (served model names, no object reprs)."""
         return as_endpoint_error(exc, self.names)
+
+    def failed(self, exc: BaseException, doing: str) -> EndpointError:
+        """``exc`` as the client sees it (:meth:`error`), logged when it is a 5xx.
+
+        A 500 and a failure of the server's own settings go to the log at error level with
+        their traceback (the client's message points there); a backend's 502 / 503 as a
+        warning.
+        """
+        error = self.error(exc)
+        if error.status >= 500:
+            mine = error.status == 500 or (
+                isinstance(exc, MAIError) and operator_side(exc.parameter)
+            )
+            if mine:
+                log.error("%s failed (%d): %s", doing, error.status, exc, exc_info=exc)
+            else:
+                log.warning("%s failed (%d): %s", doing, error.status, exc)
+        return error
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -185,6 +220,7 @@ def create_app(
     max_preparing: int = MAX_PREPARING,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout_s: float = BODY_READ_TIMEOUT_S,
+    body_min_rate: float = BODY_MIN_RATE,
     manage_backends: bool = False,
     **graph_kwargs: Any,
 ) -> Starlette:
@@ -207,6 +243,8 @@ def create_app(
             the endpoint's memory (docs/reliability.md).
         max_body_bytes: Largest request body read; a larger one is a 413.
         body_timeout_s: Longest a request's body may take to arrive; a slower one is a 408.
+        body_min_rate: Slowest a body may arrive, in bytes a second, after
+            :data:`BODY_GRACE_S` (:data:`BODY_MIN_RATE`; 0: no floor); a slower one is a 408.
         manage_backends: Start the backends' engines when the app starts (one after the
             other) and shut them down when it stops.
         **graph_kwargs: Passed to :func:`~mai_graph.graph.create_mai_graph` (retry policy,
@@ -217,6 +255,12 @@ def create_app(
         ``GET /metrics`` (Prometheus; :mod:`~mai_graph.adapters.endpoint.metrics`; key as
         the others).
 
+    Raises:
+        ConfigError: An argument is invalid, or a server setting the requests would use is:
+            the image store (``$MAI_GRAPH_IMAGE_DIR``, ``$MAI_GRAPH_IMAGE_STORE_MB``) and
+            the pixel cache (``$MAI_GRAPH_PIXEL_CACHE_MB``) are checked here, once, not per
+            request.
+
     Example:
         >>> from mai_graph import ScriptedBackend
         >>> app = create_app(ScriptedBackend("yes"), ScriptedBackend("Yes."), api_keys=["k"])
@@ -224,6 +268,7 @@ def create_app(
         ['/health', '/v1/models', '/v1/chat/completions', '/metrics']
     """
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -239,6 +284,10 @@ def create_app(
         raise ConfigError("api_keys must be strings", parameter="api_keys")
     for name, value in (("max_concurrency", max_concurrency), ("max_preparing", max_preparing)):
         check_int(value, name, minimum=1)
+    check_int(max_body_bytes, "max_body_bytes", minimum=1)
+    _check_number(body_timeout_s, "body_timeout_s", positive=True)
+    _check_number(body_min_rate, "body_min_rate", positive=False)
+    _check_server_settings()
     allowed: Collection[str] | None = None  # None: every field
     if isinstance(allowed_settings, str) and allowed_settings != "all":
         raise ConfigError(
@@ -271,8 +320,10 @@ def create_app(
         graph_kwargs=graph_kwargs,
     )
 
-    def error_response(error: EndpointError) -> Response:
-        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    def error_response(error: EndpointError, *, close: bool = False) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
+        if close:  # the body is not read: the connection goes, and what is left of it with it
+            headers["Connection"] = "close"
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     async def health(request: Request) -> Response:
@@ -292,28 +343,22 @@ def create_app(
         return JSONResponse({"object": "list", "data": [served.to_dict()]})
 
     async def chat_completions(request: Request) -> Response:
+        read = False
         try:
             endpoint.authorize(request.headers.get("authorization"))
             async with endpoint.admission:  # bodies and images read and decoded at once
-                try:  # a client that trickles its body must not hold an admission slot
-                    async with asyncio.timeout(body_timeout_s):
-                        body = await _body(request, max_body_bytes)
-                except TimeoutError:
-                    raise EndpointError(
-                        f"the request body did not arrive within {body_timeout_s:g} s",
-                        status=408,
-                        parameter="body",
-                        code="request_timeout",
-                        fix="send the whole request at once (or smaller images)",
-                    ) from None
+                data = await _read_body(request, max_body_bytes, body_timeout_s, body_min_rate)
+                read = True
+                body = parse_body(data)
+                del data
                 run = await endpoint.prepare(body)
             if tracing.enabled():  # the run's spans join the caller's trace
                 trace = tracing.extract_context(request.headers)
                 run = dataclasses.replace(run, trace=trace) if trace is not None else run
         except Exception as exc:
-            refused = endpoint.error(exc)
+            refused = endpoint.failed(exc, "preparing a request")
             endpoint.prometheus.request("refused", refused.status)
-            return error_response(refused)
+            return error_response(refused, close=not read)
         stream = body.stream
         include = bool(body.stream_options and body.stream_options.include_usage)
         del body  # its inline images are decoded and stored: not kept for the run
@@ -325,10 +370,8 @@ def create_app(
                 return Response(status_code=499)
             return JSONResponse(answered)
         except Exception as exc:
-            error = endpoint.error(exc)
+            error = endpoint.failed(exc, "a run")
             endpoint.prometheus.request("failed", error.status)
-            if error.status >= 500:
-                log.warning("request failed: %s", exc, exc_info=error.status == 500)
             return error_response(error)
 
     async def metrics(request: Request) -> Response:
@@ -352,6 +395,11 @@ def create_app(
             if manage_backends:
                 shutdown_backends(small, large)
 
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Starlette's ServerErrorMiddleware answers with this, then re-raises: the ASGI
+        # server logs the traceback (uvicorn at error level)
+        return error_response(as_endpoint_error(exc), close=True)
+
     app = Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
@@ -359,6 +407,8 @@ def create_app(
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/metrics", metrics, methods=["GET"]),
         ],
+        middleware=[Middleware(StopGuard)],
+        exception_handlers={Exception: internal_error},
         lifespan=lifespan,
     )
     app.state.mai = endpoint
@@ -392,8 +442,17 @@ async def _unless_disconnected(request: Any, work: Any) -> Any:
             task.cancel()
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+async def _read_body(
+    request: Request,
+    limit: int = MAX_BODY_BYTES,
+    timeout_s: float = BODY_READ_TIMEOUT_S,
+    min_rate: float = BODY_MIN_RATE,
+) -> bytes:
+    """The body, refused with 413 or 408 as soon as it is too large or too slow.
+
+    413: over ``limit`` bytes (declared, or as it arrives). 408: slower than ``min_rate``
+    bytes a second after :data:`BODY_GRACE_S`, or not all within ``timeout_s``.
+    """
     declared = request.headers.get("content-length")
     too_large = EndpointError(
         f"the request body is over the limit of {limit:,} bytes",
@@ -404,8 +463,42 @@ async def _read_body(request: Request, limit: int) -> bytes:
     )
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large
+    from starlette.requests import ClientDisconnect
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     chunks, size = [], 0
-    async for chunk in request.stream():
+    stream = aiter(request.stream())
+    while True:
+        # by t seconds the body has sent min_rate * (t - grace) bytes, and all by timeout_s
+        due = start + timeout_s
+        if min_rate > 0:
+            due = min(due, start + BODY_GRACE_S + size / min_rate)
+        try:
+            async with asyncio.timeout_at(due):
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            break
+        except ClientDisconnect:  # nobody is left to answer: not the server's failure
+            raise EndpointError(
+                f"the connection closed after {size:,} bytes of the body",
+                parameter="body",
+                code="incomplete_body",
+                fix="send the whole body before closing the connection",
+            ) from None
+        except TimeoutError:
+            took = loop.time() - start
+            slow = took < timeout_s - 1e-3
+            raise EndpointError(
+                f"the request body arrived slower than {min_rate / 1024:g} KiB/s ({size:,} "
+                f"bytes in {took:.1f} s)"
+                if slow
+                else f"the request body did not arrive within {timeout_s:g} s",
+                status=408,
+                parameter="body",
+                code="request_timeout",
+                fix="send the whole request at once (or smaller images)",
+            ) from None
         size += len(chunk)
         if size > limit:
             raise too_large
@@ -413,6 +506,73 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _body(request: Request, limit: int = MAX_BODY_BYTES) -> ChatCompletionRequest:
-    """The validated request body; the first problem named in a 400 (413 when too large)."""
-    return parse_body(await _read_body(request, limit))
+def _check_number(value: Any, parameter: str, *, positive: bool) -> None:
+    if (
+        isinstance(value, bool)
+        or not (isinstance(value, int | float) and math.isfinite(value) and value >= 0)
+        or (positive and value == 0)
+    ):
+        raise ConfigError(
+            f"{parameter} must be a number {'> 0' if positive else '>= 0'}, got {value!r}",
+            parameter=parameter,
+            value=value,
+        )
+
+
+def _check_server_settings() -> None:
+    """Check, once, the server settings every request would use (blocking: a file is written).
+
+    The image store (``$MAI_GRAPH_IMAGE_DIR`` a private folder this user can write,
+    ``$MAI_GRAPH_IMAGE_STORE_MB``) and the pixel cache's bound (``$MAI_GRAPH_PIXEL_CACHE_MB``).
+
+    Raises:
+        ConfigError: One is not usable, naming the variable, its value and the fix.
+    """
+    from mai_graph.inputs.images import check_store, pixel_cache_limit
+
+    pixel_cache_limit()
+    check_store()
+
+
+class StopGuard:
+    """ASGI middleware: a request cut off by the server's stop is a 503, not a bare 500.
+
+    A request cancelled before its response started is answered 503 ``server_stopping``
+    (uvicorn would send a plain-text 500), and the cancellation goes on. uvicorn cancels the
+    requests still running after its graceful-shutdown timeout (``uvicorn.Server.shutdown``)
+    and logs each; nothing else of it cancels a request's task.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app; answer 503 if it is cancelled before its response started."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if started:  # a stream: its status line is gone
+                raise
+            error = EndpointError(
+                "the server stopped before answering this request",
+                status=503,
+                kind="server_error",
+                code="server_stopping",
+                fix="send the request again (to another replica, or once the server is back)",
+            )
+            body = json.dumps(error.body()).encode()
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                       (b"content-length", str(len(body)).encode())]  # fmt: skip
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            raise

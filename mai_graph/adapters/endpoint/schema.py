@@ -28,6 +28,7 @@ __all__ = [
     "StreamOptions",
     "TextPart",
     "as_endpoint_error",
+    "operator_side",
     "parse_body",
 ]
 
@@ -145,16 +146,33 @@ def as_endpoint_error(exc: BaseException, names: Mapping[str, str] | None = None
     """The HTTP error of an exception raised while serving a request.
 
     Bad input (settings, images, questions) is a 400 naming the field; a backend failure a 503
-    when it may pass (overload, a replica down) and a 502 otherwise; anything else a 500 that
-    says no more than that (details go to the server's log). Messages name models by
-    ``names`` (backend name -> served name: local checkpoint paths stay on the server) and
-    carry no Python object reprs.
+    when it may pass (overload, a replica down) and a 502 otherwise; a failure of the
+    server's own settings (:func:`operator_side`: the image store full or unwritable, a bad
+    variable) a 503 for the image store and a 500 otherwise, naming the setting but not its
+    value; anything else a 500 that says no more than that. The caller logs every 5xx with
+    its traceback (the client's message points there). Messages name models by ``names``
+    (backend name -> served name: local checkpoint paths stay on the server) and carry no
+    Python object reprs.
 
     >>> as_endpoint_error(ConfigError("/srv/models/8b: too long"), {"/srv/models/8b": "mai/large"})
     EndpointError('mai/large: too long')
+    >>> as_endpoint_error(ConfigError("bad", parameter="MAI_GRAPH_IMAGE_STORE_MB")).status
+    500
     """
     if isinstance(exc, EndpointError):
         return exc
+    if isinstance(exc, BackendError):
+        pass  # below: its message, with served names
+    elif isinstance(exc, MAIError) and operator_side(exc.parameter):
+        store = isinstance(exc, ImageError)  # the image store: full, or its disk
+        return EndpointError(
+            f"the server could not answer: its own setting {exc.parameter} failed; the "
+            "server's log has the details",
+            status=503 if store else 500,
+            kind="server_error",
+            code="server_setting_failed",
+            fix="retry later, and tell the server's operator if it persists",
+        )
     text = without_reprs(str(exc))
     for private, public in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
         # whole names only: "/srv/models/8b" in a message, not "large" in "too large"
@@ -177,6 +195,18 @@ def as_endpoint_error(exc: BaseException, names: Mapping[str, str] | None = None
         kind="server_error",
         code="internal_error",
     )
+
+
+def operator_side(parameter: str | None) -> bool:
+    """Whether an error naming ``parameter`` is the operator's, not the client's.
+
+    It is when ``parameter`` is a server's environment variable (``MAI_GRAPH_*``) or
+    command-line flag: no request can set one.
+
+    >>> operator_side("MAI_GRAPH_IMAGE_DIR"), operator_side("messages"), operator_side(None)
+    (True, False, False)
+    """
+    return bool(parameter) and str(parameter).startswith(("MAI_GRAPH_", "--"))
 
 
 def parse_body(data: bytes) -> ChatCompletionRequest:

@@ -11,7 +11,6 @@ long run's connection with a comment line every :data:`PING_S` seconds (clients 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
     from mai_graph.adapters.endpoint.app import Endpoint
 
 __all__ = ["PING_S", "stream_response"]
-
-log = logging.getLogger(__name__)
 
 PING_S = 15.0
 """Seconds between keep-alive comments (``: ping - <time>``) on a stream with nothing to send
@@ -88,9 +85,7 @@ async def events(endpoint: Endpoint, run: Run, include_usage: bool) -> AsyncIter
                     streamed += item["text"]
                     yield _data(wire(chunk(rid, model, ChoiceDelta(content=item["text"]))))
         except Exception as exc:  # the status line is gone: report in the stream
-            error = endpoint.error(exc)
-            if error.status >= 500:
-                log.warning("run %s failed: %s", rid, exc, exc_info=error.status == 500)
+            error = endpoint.failed(exc, f"streamed run {rid}")
             endpoint.prometheus.request("failed", error.status)
             yield _data(error.body())
             return
