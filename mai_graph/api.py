@@ -22,44 +22,43 @@ Models = VLMBackend | Sequence[VLMBackend]
 """One backend, or several (drafters for ``small``, a chain for ``large``)."""
 
 
-_GRAPHS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-_SHAPES: dict[tuple[int, ...], tuple[list[weakref.ref[Any]], Any]] = {}
+_CACHE_ATTR = "_mai_compiled_graph"
+"""Where a lineup's compiled graph is kept: on its first small backend, so that the graph, which
+holds its backends, lives exactly as long as they do (a module-level map would keep every
+lineup ever run alive: its values would hold its keys)."""
+_KEPT_PER_BACKEND = 8
+"""Lineups a backend keeps graphs for (it may open several: one small model, many large)."""
 
 
 def _compiled(small: Models, large: Models) -> Any:
-    """The compiled graph of a backend pair (or drafters / chain), built once per lineup."""
-    if _many(small) or _many(large):
-        return _compiled_shape(small, large)
-    small, large = cast(VLMBackend, small), cast(VLMBackend, large)
-    try:
-        by_large = _GRAPHS.setdefault(small, weakref.WeakKeyDictionary())
-        graph = by_large.get(large)
-        if graph is None:
-            graph = by_large[large] = create_mai_graph(small, large).compile(name="mai")
-        return graph
-    except TypeError:  # backends that cannot be weakly referenced: compile each time
-        return create_mai_graph(small, large).compile(name="mai")
+    """The compiled graph of a lineup (a pair, drafters, a chain), built once while it lives.
 
-
-def _compiled_shape(small: Models, large: Models) -> Any:
-    """Graphs over drafters or a chain, cached by the backends' identities while they live."""
+    The graph is kept on the first small backend with weak references to the others: when the
+    caller drops the backends, backend and graph are one unreachable cycle and Python's
+    collector frees them. A backend without an instance dict (``__slots__``) or weak
+    references compiles each time.
+    """
     drafters, chain = _as_list(small), _as_list(large)
-    key = tuple(id(b) for b in [*drafters, None, *chain])  # None: where the drafters end
-    found = _SHAPES.get(key)
+    owner, lineup = drafters[0], [*drafters, None, *chain]  # None: where the drafters end
+    key = tuple(id(b) for b in lineup)  # the owner's too: a copy of it shares its dict
+    state = getattr(owner, "__dict__", None)
+    kept = state.setdefault(_CACHE_ATTR, {}) if isinstance(state, dict) else {}
+    found = kept.get(key)  # from the instance's own dict: never a wrapped backend's
     if found is not None and all(r() is not None for r in found[0]):
         return found[1]
-    graph = create_mai_graph(drafters, *chain).compile(name="mai")
+    graph = (
+        create_mai_graph(drafters, *chain) if _many(small) or _many(large)
+        else create_mai_graph(drafters[0], chain[0])
+    ).compile(name="mai")  # fmt: skip
     try:
-        refs = [weakref.ref(b) for b in drafters + chain]
+        refs = [weakref.ref(b) for b in lineup if b is not None]
     except TypeError:
         return graph
-    for stale in [k for k, (rs, _) in _SHAPES.items() if any(r() is None for r in rs)]:
-        del _SHAPES[stale]
-    _SHAPES[key] = (refs, graph)
+    for stale in [k for k, (rs, _) in kept.items() if any(r() is None for r in rs)]:
+        del kept[stale]
+    while len(kept) >= _KEPT_PER_BACKEND:
+        del kept[next(iter(kept))]  # the oldest
+    kept[key] = (refs, graph)
     return graph
 
 

@@ -68,3 +68,34 @@ def test_public_door_lists_everything_and_imports_no_engine():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_backends_dropped_after_a_run_are_freed_with_their_graph():
+    """run() keeps a lineup's compiled graph only while its backends live (no leak)."""
+    import gc
+    import weakref
+
+    from mai_graph import ScriptedBackend, run
+
+    alive = []
+    for i in range(20):
+        small = ScriptedBackend({"short": "A"}, name=f"small{i}")
+        large = ScriptedBackend({"short": "A"}, name=f"large{i}")
+        drafters = [ScriptedBackend({"short": "A"}, name=f"d{i}-{j}") for j in range(2)]
+        run("Which?", small=small, large=large, options=["a", "b"])
+        run("Which?", small=drafters, large=large, options=["a", "b"])
+        alive += [weakref.ref(b) for b in (small, large, *drafters)]
+        del small, large, drafters
+    gc.collect()
+    assert [r() for r in alive if r() is not None] == []
+
+
+def test_a_lineup_compiles_once_while_it_lives():
+    from mai_graph import ScriptedBackend, api, run
+
+    small, large, other = (ScriptedBackend({"short": "A"}, name=n) for n in ("s", "l", "o"))
+    first = api._compiled(small, large)
+    assert api._compiled(small, large) is first
+    assert api._compiled(small, other) is not first
+    assert api._compiled(small, large) is first  # one small model, several large ones
+    assert run("Which?", small=small, large=large, options=["a", "b"]).answer == "A"
