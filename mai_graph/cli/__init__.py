@@ -20,7 +20,8 @@ from typing import Any
 from mai_graph import tracing
 from mai_graph.cli.backends import add_backend_flags
 from mai_graph.context import MAIContext, load_settings
-from mai_graph.errors import BackendError, ConfigError, MAIError
+from mai_graph.errors import BackendError, ConfigError, MAIError, shown
+from mai_graph.jsonin import json_or_text, parse_json
 from mai_graph.pair import DEFAULT_PAIR, PAIRS
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -78,13 +79,6 @@ def add_context_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _parse_value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
 def context_from_args(args: argparse.Namespace, **flags: Any) -> MAIContext:
     """The run settings of a command: ``--context FILE``, then flags, then ``--set`` items.
 
@@ -102,7 +96,7 @@ def context_from_args(args: argparse.Namespace, **flags: Any) -> MAIContext:
                 value=item,
                 fix=f"use one of {sorted(known)}",
             )
-        values[key] = _parse_value(raw)
+        values[key] = json_or_text(raw, parameter=f"--set {key}")
     return MAIContext(**values)
 
 
@@ -119,15 +113,12 @@ def _context(args: argparse.Namespace) -> MAIContext:
 def _options(args: argparse.Namespace) -> Any:
     if args.options is None:
         return args.option or None
-    try:
-        return json.loads(args.options)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"--options must be JSON, got {args.options!r} ({exc.msg})",
-            parameter="--options",
-            value=args.options,
-            fix='pass e.g. \'{"A": "cat", "B": "dog"}\' or use --option once per option',
-        ) from None
+    return parse_json(
+        args.options,
+        parameter="--options",
+        what=f"--options {shown(args.options, 60)}",
+        fix='pass e.g. \'{"A": "cat", "B": "dog"}\' or use --option once per option',
+    )
 
 
 def _backends(args: argparse.Namespace, context: MAIContext | None = None) -> tuple[Any, Any]:
@@ -197,10 +188,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+MAX_DIAGRAM_MODELS = 8
+"""Most models ``mai-graph diagram --models`` draws (a chain's stages are unrolled)."""
+
+
+def _models_in_chain(text: str) -> int:
+    """``--models``: an integer from 2 to :data:`MAX_DIAGRAM_MODELS`."""
+    if not (text.strip().isdigit() and 2 <= int(text) <= MAX_DIAGRAM_MODELS):
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of models from 2 to {MAX_DIAGRAM_MODELS}, got {text!r}"
+        )
+    return int(text)
+
+
 def _cmd_diagram(args: argparse.Namespace) -> int:
     from mai_graph.graph import mermaid
 
-    print(mermaid())
+    print(mermaid(args.models))
     return EXIT_OK
 
 
@@ -359,6 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     tiny.set_defaults(func=_cmd_build_tiny)
     diagram = sub.add_parser("diagram", help="print the graph as a Mermaid diagram")
+    diagram.add_argument(
+        "--models", type=_models_in_chain, default=2, metavar="N",
+        help="models in the lineup: 2 (small and large, the default) or a chain of up to "
+        f"{MAX_DIAGRAM_MODELS}, its later stages unrolled",
+    )  # fmt: skip
     diagram.set_defaults(func=_cmd_diagram)
     from mai_graph.cli.eval import register as register_eval  # eval, calibrate, synth-data
 

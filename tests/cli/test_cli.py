@@ -30,7 +30,7 @@ def test_run_json(capsys, png):
         (["run", "q", "--set", "nosuch=1"], "--set needs FIELD=VALUE"),
         (["run", "q", "--backend", "vllm"], "backend vllm needs both models (--small/--large)"),
         (["run", "q", "--option", "only"], "need 2 to 26 options"),
-        (["run", "q", "--options", "{A: cat}"], "--options must be JSON"),
+        (["run", "q", "--options", "{A: cat}"], "--options '{A: cat}' is not valid JSON"),
         (["run", "q", "--options", '{"A": "cat", "B": null}'], "options"),
         (["run", "q", "--set", "gate=sometimes"], "gate must be one of"),
     ],
@@ -131,3 +131,21 @@ def test_serve_refuses_a_port_that_would_wrap_or_is_not_a_port(port, capsys):
         main(["serve", "--port", port])
     assert info.value.code == 2
     assert "--port" in capsys.readouterr().err
+
+
+def test_diagram_draws_a_chain_with_models(capsys):
+    """docs/architecture.md documents `mai-graph diagram --models 3`."""
+    from mai_graph.graph import mermaid
+
+    assert main(["diagram", "--models", "3"]) == EXIT_OK
+    drawn = capsys.readouterr().out
+    assert drawn.strip() == mermaid(3).strip() and "answer_2" in drawn
+    assert main(["diagram"]) == EXIT_OK and "answer_2" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("models", ["1", "9", "three", "-2", "2.5"])
+def test_diagram_refuses_a_model_count_it_cannot_draw(capsys, models):
+    with pytest.raises(SystemExit) as exit_:
+        main(["diagram", "--models", models])
+    assert exit_.value.code == EXIT_USAGE
+    assert "--models: must be a whole number of models from 2 to 8" in capsys.readouterr().err
