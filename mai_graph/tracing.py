@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,17 @@ _tracer: Any = None
 """The active tracer; None while tracing is off (every hook checks this first)."""
 _owned: Any = None
 """A provider :func:`configure_from_env` built (flushed and shut down by :func:`disable`)."""
+_owned_exporter: Any = None
+"""Its exporter (shut down early when the collector does not answer in time)."""
+
+FLUSH_TIMEOUT_S = 2.0
+"""How long :func:`disable` (run at exit) waits for the last spans to reach the collector.
+
+The OTLP exporter retries a collector that does not answer (connection refused, 5xx) with
+backoff until its own timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s by default), and the SDK's
+``BatchSpanProcessor.shutdown`` waits for it (its flush ignores a timeout: opentelemetry-python
+issue 4568). A command would exit that much late with no collector running; past this wait the
+exporter is shut down, which ends its retries, and the spans still queued are dropped."""
 
 _NULL = contextlib.nullcontext()
 
@@ -80,12 +92,27 @@ def enable(tracer_provider: Any = None) -> None:
 
 
 def disable() -> None:
-    """Stop tracing (and flush and shut down a provider :func:`configure_from_env` built)."""
-    global _tracer, _owned
+    """Stop tracing (and flush and shut down a provider :func:`configure_from_env` built).
+
+    The flush waits at most :data:`FLUSH_TIMEOUT_S` for the collector.
+    """
+    global _tracer, _owned, _owned_exporter
     _tracer = None
     owned, _owned = _owned, None
-    if owned is not None:
-        owned.shutdown()
+    exporter, _owned_exporter = _owned_exporter, None
+    if owned is None:
+        return
+    closing = threading.Thread(target=owned.shutdown, name="mai-graph-otel-shutdown", daemon=True)
+    closing.start()
+    closing.join(FLUSH_TIMEOUT_S)
+    if closing.is_alive() and exporter is not None:
+        log.warning(
+            "tracing: the collector took no spans within %.0f s; the spans not yet exported "
+            "are dropped (is an OTLP collector listening at OTEL_EXPORTER_OTLP_ENDPOINT?)",
+            FLUSH_TIMEOUT_S,
+        )
+        exporter.shutdown()  # ends the exporter's retries; the shutdown thread then finishes
+        closing.join(0.5)
 
 
 def enabled() -> bool:
@@ -108,7 +135,7 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> bool:
     Raises:
         ConfigError: An unknown value, or the ``otel`` extra missing.
     """
-    global _owned
+    global _owned, _owned_exporter
     from mai_graph.errors import ConfigError
 
     value = (os.environ if env is None else env).get(ENV, "").strip().lower()
@@ -141,18 +168,47 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> bool:
         resource=Resource.create({} if named else {"service.name": "mai-graph"})
     )
     if value == "console":
-        exporter: Any = ConsoleSpanExporter()
+        inner: Any = ConsoleSpanExporter()
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter()
+        inner = OTLPSpanExporter()
+    exporter = _exporter(inner)
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    _owned = provider
+    _owned, _owned_exporter = provider, exporter
     enable(provider)
     import atexit
 
     atexit.register(disable)  # flush what is batched when the process ends
     return True
+
+
+def _exporter(inner: Any) -> Any:
+    """``inner`` behind a span exporter whose ``shutdown`` may be called twice, quietly.
+
+    :func:`disable` calls it to end the exporter's retries, and then the span processor does.
+    """
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    class _Once(SpanExporter):
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._closed = False
+
+        def export(self, spans: Any) -> Any:
+            return inner.export(spans)
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(inner.force_flush(timeout_millis))
+
+        def shutdown(self) -> None:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+            inner.shutdown()
+
+    return _Once()
 
 
 def _require() -> Any:

@@ -41,6 +41,7 @@ from mai_graph.answers.distribution import around
 from mai_graph.api import arun
 from mai_graph.errors import ConfigError
 from mai_graph.inputs.sources import ImagePolicy, resolve_images
+from mai_graph.lineup import Lineup
 from mai_graph.loop import shared_loop
 from mai_graph.result import MAIResult, reasoning_tokens, totals
 
@@ -70,8 +71,73 @@ class MAIClassifierResponse(ClassifierResponse):
     came from the answer's probability instead), and the run's per-call ``metrics``."""
 
 
+MAX_STATE_DEPTH = 64
+"""How deep a decision request's state (and a question's instructions) may nest."""
+
+MAX_STATE_ITEMS = 100_000
+"""How many values (every string, number, list, mapping and message, counted each time it is
+reached) a state may hold."""
+
+
+def _check_shape(value: Any, where: str, parameter: str) -> None:
+    """Refuse a state too deep, holding itself, or too large, before anything recurses over it.
+
+    Deeper than :data:`MAX_STATE_DEPTH` levels, or more than :data:`MAX_STATE_ITEMS` values.
+
+    >>> loop: list[Any] = []
+    >>> loop.append(loop)
+    >>> try:
+    ...     _check_shape(loop, "the state", "state")
+    ... except ConfigError as exc:
+    ...     print(str(exc).split(". Fix")[0])
+    the state holds itself (a list inside itself), which has no text
+    """
+    fix = "pass a state without cycles: text, messages and JSON values"
+    seen = 0
+    path: set[int] = set()  # the containers on the way down (shared ones elsewhere are fine)
+    # (value, depth, leaving): a container is pushed again to be taken off the path.
+    stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
+    while stack:
+        item, depth, leaving = stack.pop()
+        if leaving:
+            path.discard(id(item))
+            continue
+        seen += 1
+        if seen > MAX_STATE_ITEMS:
+            raise ConfigError(
+                f"{where} holds more than {MAX_STATE_ITEMS:,} values",
+                parameter=parameter,
+                fix="pass a smaller state (the text and images the questions are about)",
+            )
+        if isinstance(item, BaseMessage):
+            children: Any = [item.content]
+        elif isinstance(item, Mapping):
+            children = list(item.values())
+        elif isinstance(item, Sequence) and not isinstance(item, str | bytes | bytearray):
+            children = list(item)
+        else:
+            continue
+        if id(item) in path:
+            raise ConfigError(
+                f"{where} holds itself (a {type(item).__name__} inside itself), which has no text",
+                parameter=parameter,
+                fix=fix,
+            )
+        if depth >= MAX_STATE_DEPTH:
+            raise ConfigError(
+                f"{where} nests deeper than {MAX_STATE_DEPTH} levels",
+                parameter=parameter,
+                value=depth,
+                fix=f"pass a flatter state (at most {MAX_STATE_DEPTH} levels of lists, "
+                "mappings and messages)",
+            )
+        path.add(id(item))
+        stack.append((item, depth, True))
+        stack.extend((child, depth + 1, False) for child in reversed(children))
+
+
 def _content_text(value: Any, images: list[str], where: str) -> list[str]:
-    """The text of a state value; image blocks go to ``images``."""
+    """The text of a state value; image blocks go to ``images`` (see :func:`_check_shape`)."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -123,6 +189,7 @@ def _has_media(value: Any) -> bool:
 def _instructions(content: Any) -> str:
     if isinstance(content, str):
         return content
+    _check_shape(content, "a question's instructions", "questions")
     images: list[str] = []
     text = "\n".join(_content_text(content, images, "a question's instructions"))
     if images:
@@ -187,6 +254,17 @@ class MAIDecisionModel(BaseDecisionModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
+    def __init__(self, **data: Any) -> None:
+        """Check the backends first (pydantic would wrap the error in its own).
+
+        Raises:
+            ConfigError: ``small`` or ``large`` is not a backend (or a list of them).
+        """
+        small: Any = data.get("small")  # None: refused, naming the field
+        large: Any = data.get("large")
+        Lineup.of(small, large)
+        super().__init__(**data)
+
     def model_post_init(self, context: Any) -> None:
         """Name the model after its backends when no name is given."""
         if not self.model:
@@ -222,6 +300,7 @@ class MAIDecisionModel(BaseDecisionModel):
                     fix="split the choice into several questions",
                 )
         sources: list[str] = []
+        _check_shape(state, "the state", "state")
         text = "\n".join(t for t in _content_text(state, sources, "the state") if t.strip())
         policy = self.image_policy or ImagePolicy.from_env()
         images = await asyncio.to_thread(resolve_images, sources, policy) if sources else []

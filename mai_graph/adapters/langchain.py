@@ -46,6 +46,7 @@ from mai_graph.errors import ConfigError, ImageError
 from mai_graph.graph import create_mai_graph
 from mai_graph.inputs.images import ImageRef
 from mai_graph.inputs.sources import ImagePolicy
+from mai_graph.lineup import Lineup
 from mai_graph.loop import shared_loop
 from mai_graph.nodes._common import MAIRuntime, Node, node_config
 from mai_graph.result import reasoning_tokens, totals
@@ -289,6 +290,17 @@ class MAIChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     _graph: Any = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any) -> None:
+        """Check the backends first (pydantic would wrap the error in its own).
+
+        Raises:
+            ConfigError: ``small`` or ``large`` is not a backend (or a list of them).
+        """
+        small: Any = data.get("small")  # None: refused, naming the field
+        large: Any = data.get("large")
+        Lineup.of(small, large)
+        super().__init__(**data)
 
     @property
     def _llm_type(self) -> str:

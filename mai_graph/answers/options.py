@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from numbers import Real
 from typing import Any, TypeAlias
@@ -25,6 +26,29 @@ MAX_OPTIONS = 26
 MAX_OPTION_CHARS = 2_000
 """Longest option text accepted, in characters (each option is in every prompt of a run)."""
 """At most one option per letter A..Z."""
+
+# Cyrillic and Greek letters drawn like Latin ones (after casefold), read as those.
+_LOOKALIKE = str.maketrans("аеорсухіјѕԁԛԝһӏοινρ", "aeopcyxijsdqwhloivp")
+
+
+def _reader_form(text: str) -> str:
+    """``text`` as a reader sees it, to compare options.
+
+    NFKC (as answers are read), casefolded, invisible format characters dropped, Cyrillic and
+    Greek look-alikes of Latin letters read as Latin.
+
+    >>> _reader_form("Ｒｅｄ"), _reader_form("r\u200bed"), _reader_form("rеd")
+    ('red', 'red', 'red')
+    """
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    visible = "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    return visible.translate(_LOOKALIKE)
+
+
+def _plain_key(text: str) -> str:
+    folded = text.casefold()
+    return " ".join((folded.strip(_EDGE) or folded).split())
+
 
 _FIX = 'pass a list of option texts (["cat", "dog"]) or a mapping {"A": "cat", "B": "dog"}'
 
@@ -187,7 +211,7 @@ def _normalize(options: object) -> dict[str, str] | None:
     seen: dict[str, str] = {}
     for letter, text in out.items():
         check_text(text, f"option {letter}", MAX_OPTION_CHARS)
-        named = text.strip(_EDGE)
+        named = unicodedata.normalize("NFKC", text).strip(_EDGE)
         if len(named) == 1 and named.isupper() and named in out and named != letter:
             raise ConfigError(
                 f"option {letter}'s text is {text!r}, the letter of option {named}: an answer "
@@ -198,11 +222,15 @@ def _normalize(options: object) -> dict[str, str] | None:
                 "that no text is another option's letter",
             )
         # texts that are all punctuation ("?", ":)") are compared whole
-        key = " ".join((text.casefold().strip(_EDGE) or text.casefold()).split())
+        key = _plain_key(_reader_form(text))
         if key in seen:
+            first = out[seen[key]]
+            same = f"the same text {text!r:.60}: an answer"
+            if _plain_key(first) != _plain_key(text):
+                same = (f"the same text to a reader ({first!r:.40} and {text!r:.40} differ only "
+                        "in look-alike or invisible characters): an answer")  # fmt: skip
             raise ConfigError(
-                f"options {seen[key]} and {letter} are the same text {text!r:.60}: an answer "
-                "could not tell them apart",
+                f"options {seen[key]} and {letter} are {same} could not tell them apart",
                 parameter="options",
                 value=options,
                 fix="give each option a different text",

@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from mai_graph.errors import ConfigError
 from mai_graph.eval.replay import Outcome
 
-__all__ = ["Price", "parse_prices", "run_cost"]
+__all__ = ["MAX_PRICE", "Price", "parse_prices", "run_cost"]
 
 ROLES = ("small", "large")
+
+MAX_PRICE = 1_000_000.0
+"""The largest price accepted, per million tokens (a currency unit per token). Real prices
+are far below it; the bound keeps every cost the report sums (tokens of every call, per 1,000
+questions) a finite number, so ``report.json`` stays valid JSON."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,21 @@ class Price:
     generated: float
     cached: float | None = None
     """Prompt tokens read from the prefix cache (None: the prompt price)."""
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "generated", "cached"):
+            value = getattr(self, name)
+            if value is None and name == "cached":
+                continue
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or not 0 <= value <= MAX_PRICE:
+                raise ConfigError(
+                    f"price {name} must be a number from 0 to {MAX_PRICE:,.0f} per million "
+                    f"tokens, got {value!r}",
+                    parameter="--price",
+                    value=value,
+                    fix="give the model's price per million tokens, e.g. --price small=0.1,0.4",
+                )
 
     def of(self, prompt: int, cached: int | None, generated: int) -> float:
         """Cost of one call (currency units)."""
@@ -45,7 +65,7 @@ def parse_prices(items: Iterable[str]) -> dict[str, Price]:
 
     Raises:
         ConfigError: An item is not ``ROLE=IN,OUT[,CACHED]`` with a known role and
-            non-negative finite numbers, or a role is given twice.
+            numbers from 0 to :data:`MAX_PRICE`, or a role is given twice.
     """
     out: dict[str, Price] = {}
     for item in items:
@@ -66,9 +86,10 @@ def parse_prices(items: Iterable[str]) -> dict[str, Price]:
             numbers = [float(x) for x in raw.split(",")]
         except ValueError:
             numbers = []
-        if len(numbers) not in (2, 3) or any(not 0 <= x < float("inf") for x in numbers):
+        if len(numbers) not in (2, 3) or any(not 0 <= x <= MAX_PRICE for x in numbers):
             raise ConfigError(
-                f"--price {role} needs two or three non-negative numbers, got {raw!r}",
+                f"--price {role} needs two or three numbers from 0 to {MAX_PRICE:,.0f} (per "
+                f"million tokens), got {raw!r}",
                 parameter="--price",
                 value=item,
                 fix=fix,

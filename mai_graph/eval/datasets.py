@@ -33,14 +33,17 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import functools
 import hashlib
+import io
 import json
 import logging
 import math
 import re
 import sys
+import warnings
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -50,6 +53,8 @@ from pydantic import BaseModel, ConfigDict
 from mai_graph.answers import canonical_gold, normalize_options
 from mai_graph.errors import ConfigError, MAIError, check_int
 from mai_graph.eval.scorers import Verdict, reference_form, score
+from mai_graph.files import open_regular
+from mai_graph.jsonin import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +238,8 @@ def load_dataset(
     if limit is not None:
         check_int(limit, "limit", minimum=1)
     file = Path(path).expanduser()
+    if file.exists() and not file.is_dir():  # a pipe or device is refused unread
+        open_regular(file, flag="data", what="dataset file").close()
     if not file.is_file():
         raise ConfigError(
             f"dataset {file} is a folder, not a file"
@@ -327,16 +334,16 @@ def _detect(file: Path) -> str:
 def _first_record(file: Path) -> dict[str, Any] | None:
     if _is_json_array(file):
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = parse_json(file.read_bytes(), parameter="data", what=str(file))
+        except ConfigError:
             return None
         return data[0] if data and isinstance(data[0], dict) else None
     with file.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if line.strip():
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
+                    obj = parse_json(line, parameter="data", what="line")
+                except ConfigError:
                     return None
                 return obj if isinstance(obj, dict) else None
     return None
@@ -396,14 +403,39 @@ def _image_from_path(value: str, root: Path) -> str:
         where = (f" (relative image paths are read under {root}; if the images are in "
                  "another folder, give it with --image-root DIR)") if relative else ""  # fmt: skip
         raise _BadRow(f"missing image: {file} not found{where}")
+    _check_header(file, str(file))
     return str(file.resolve())
 
 
 def _checked_data_url(url: str) -> str:
     match = _DATA_URL.match(url)
     assert match is not None
-    _decode(url[match.end() :])
+    _check_header(io.BytesIO(_decode(url[match.end() :])), "<data URL>")
     return url
+
+
+def _check_header(source: Path | io.BytesIO, shown: str) -> None:
+    """Refuse an image whose header no decoder reads, or that has no pixels (a bad row).
+
+    Only the header is read, so loading stays fast on large datasets; an image that fails
+    later, while its pixels are decoded for a run, is a bad row of the run
+    (:func:`~mai_graph.eval.runner.arun_eval` skips or fails it by ``on_bad_row``).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():  # the pixel limits are the run's to apply
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as img:
+                width, height = img.size
+    except Image.DecompressionBombError:
+        raise _BadRow(f"image {shown} is too large to decode safely") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        reason = "not an image any decoder reads" if isinstance(
+            exc, UnidentifiedImageError) else str(exc) or type(exc).__name__  # fmt: skip
+        raise _BadRow(f"image {shown} cannot be decoded ({reason})") from None
+    if width <= 0 or height <= 0:
+        raise _BadRow(f"image {shown} is empty ({width}x{height} pixels)")
 
 
 def _decode(b64: str) -> bytes:
@@ -421,6 +453,7 @@ def _image_from_base64(b64: str) -> str:
     kind = next((name for magic, name in _MAGIC if data.startswith(magic)), None)
     if kind is None:
         raise _BadRow("image base64 does not decode to a PNG, JPEG, GIF, BMP or WebP file")
+    _check_header(io.BytesIO(data), f"<base64 {kind}>")
     return f"data:image/{kind};base64,{base64.b64encode(data).decode('ascii')}"
 
 
@@ -577,9 +610,9 @@ def _json_lines(file: Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield number, _BadRow(f"not valid JSON ({exc.msg})")
+                yield number, parse_json(line, parameter="data", what="the row")
+            except ConfigError as exc:
+                yield number, _BadRow(exc.message)
 
 
 def _json_records(file: Path) -> Iterator[tuple[int, Any]]:
@@ -587,11 +620,9 @@ def _json_records(file: Path) -> Iterator[tuple[int, Any]]:
         yield from _json_lines(file)
         return
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{file} is not valid JSON ({exc})", parameter="data", value=str(file)
-        ) from None
+        data = parse_json(file.read_bytes(), parameter="data", what=str(file))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, parameter="data", value=str(file), fix=exc.fix) from None
     yield from enumerate(data, start=1)
 
 
@@ -662,34 +693,95 @@ def _read_chartqa(file: Path, root: Path) -> Iterator[_Row]:
 
 
 def _read_mmbench(file: Path, root: Path) -> Iterator[_Row]:
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with file.open(encoding="utf-8", errors="replace", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t")
-        header = reader.fieldnames or []
-        missing = [c for c in ("index", "question", "answer") if c not in header]
-        if missing:
-            raise ConfigError(
-                f"{file} lacks MMBench columns {missing} (has {header})",
-                parameter="data",
-                value=str(file),
-                fix="give a TSV with index, question, A..D, answer and image columns",
-            )
-        letters = [c for c in header if _LETTER_COLUMN.match(c)]
-        rows: list[tuple[int, dict[str, str]]] = []
-        start = 2
-        for row in reader:
-            rows.append((start, row))
-            start = reader.line_num + 1
+        lines = fh.readlines()  # physical lines, line ends kept (as the csv module reads them)
+    header = next(csv.reader(lines[:1], delimiter="\t"), [])
+    missing = [c for c in ("index", "question", "answer") if c not in header]
+    if missing:
+        raise ConfigError(
+            f"{file} lacks MMBench columns {missing} (has {header})",
+            parameter="data",
+            value=str(file),
+            fix="give a TSV with index, question, A..D, answer and image columns",
+        )
+    letters = [c for c in header if _LETTER_COLUMN.match(c)]
+    rows: list[tuple[int, dict[str, str]]] = []
+    bad: list[tuple[int, _BadRow]] = []
+    for line, fields in _tsv_records(lines, header):
+        if isinstance(fields, _BadRow):
+            bad.append((line, fields))
+        else:
+            rows.append((line, dict(zip(header, fields, strict=True))))
     images = {
         (row.get("index") or "").strip(): (row.get("image") or "").strip()
         for _, row in rows
         if len((row.get("image") or "").strip()) > 64
     }
+    # A referenced image (MMBench's rotations name the row holding it) is decoded once.
+    shared = functools.cache(_image_from_base64)
+    referenced = {index: functools.partial(shared, b64) for index, b64 in images.items()}
+    out: list[_Row] = list(bad)
     for line, row in rows:
         try:
-            yield line, _mmbench_row(row, letters, images, root)
+            out.append((line, _mmbench_row(row, letters, referenced, root)))
         except _BadRow as exc:
-            yield line, exc
+            out.append((line, exc))
+    yield from sorted(out, key=lambda item: item[0])
+
+
+def _tsv_records(lines: list[str], header: list[str]) -> Iterator[tuple[int, list[str] | _BadRow]]:
+    r"""The records of a TSV after its header, each with its first line's number.
+
+    Quotes are read as the CSV rules read them, as VLMEvalKit does (``pandas.read_csv(path,
+    sep="\t")``): MMBench's files are written by pandas, which quotes a cell holding a tab, a
+    line break or a quote (a hint over several lines is one quoted cell). Reading with quoting
+    off would cut such a cell into rows of its own. Quoting on, a cell that opens with a quote
+    it never closes runs on over the next lines and swallows their rows; so a record must
+    have the header's number of fields, parse cleanly (``strict``), and not hold a line that
+    is itself a row (as many tabs as the header). A record that fails is a bad row at its
+    first line, and reading starts again on the line after it: one stray quote costs one row,
+    never the rows after it.
+    """
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    width = len(header)
+    at = 1  # the next line the reader takes
+
+    def feed() -> Iterator[str]:
+        nonlocal at
+        while at < len(lines):
+            at += 1
+            yield lines[at - 1]
+
+    reader = csv.reader(feed(), delimiter="\t", strict=True)
+    while at < len(lines):
+        first = at
+        try:
+            fields: list[str] | None = next(reader)
+            error = ""
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            fields, error = None, str(exc)
+        span = at - first
+        if span == 1 and not lines[first].strip():
+            continue
+        joined = any(line.count("\t") >= width - 1 for line in lines[first + 1 : at])
+        if fields is not None and len(fields) == width and not joined:
+            yield first + 1, fields
+            continue
+        quote = '"' in lines[first]
+        if span > 1 and quote:
+            why = (f"a quote (\") opened in this line runs on to line {at} "
+                   f"(lines {first + 1}-{at} would read as one row)")  # fmt: skip
+        elif fields is None:
+            why = f"its quoting is malformed ({error})"
+        else:
+            why = f"it has {len(fields)} fields, the header has {width}"
+        fix = ("; write a quote inside a cell as \"\" and quote the cell" if quote
+               else "; separate the cells with one tab each")  # fmt: skip
+        yield first + 1, _BadRow(f"not a row of the table: {why}{fix}")
+        at = first + 1  # read on from the next line: the rows a stray quote ran over stay
+        reader = csv.reader(feed(), delimiter="\t", strict=True)
 
 
 def _blank(value: str | None) -> bool:
@@ -697,7 +789,7 @@ def _blank(value: str | None) -> bool:
 
 
 def _mmbench_row(
-    row: dict[str, str], letters: list[str], images: dict[str, str], root: Path
+    row: dict[str, str], letters: list[str], images: Mapping[str, Callable[[], str]], root: Path
 ) -> Sample:
     index = _text(row.get("index"), "index")
     options = {c: row[c].strip() for c in letters if not _blank(row.get(c))}
@@ -711,7 +803,7 @@ def _mmbench_row(
     elif len(raw) > 64:
         image = _image_from_base64(raw)
     elif raw and raw in images:  # a reference to the row that holds the image
-        image = _image_from_base64(images[raw])
+        image = images[raw]()
     else:
         raise _BadRow("missing image" + (f" (no row with index {raw!r})" if raw else ""))
     meta = {

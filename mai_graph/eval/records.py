@@ -1,12 +1,15 @@
 """``records.jsonl``: every generation of an evaluation, append-only, one JSON object per line.
 
-Three line types:
+Four line types:
 
-- ``session``: written when an evaluation starts or resumes (settings, models, dataset).
+- ``session``: written when an evaluation starts or resumes (settings, models, dataset, the
+  dataset's rows skipped when it was read).
 - ``call``: one model call (sample id, policy, node, role, model, prompt / cached / generated
   tokens, latency, text, canonical answer, answer probability).
 - ``sample``: the completion line of one (policy, sample) run: route, final answer, gold
   answer, wall time.
+- ``skipped``: a (policy, sample) run skipped as a bad row (its image does not decode): the
+  reason, and the row's digest. A resume does not redo it while the row is unchanged.
 
 A finished run's call lines and its completion line go to the file in *one* write, then the
 file is flushed and fsynced, so a crash leaves at most one partial line at the end. Readers
@@ -16,7 +19,6 @@ start a fresh line after it, so appending never corrupts a finished run.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Sequence
@@ -28,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mai_graph.errors import ConfigError
 from mai_graph.eval.scorers import Verdict, score
+from mai_graph.files import open_regular
+from mai_graph.jsonin import parse_json
 
 __all__ = [
     "RECORDS_FILE",
@@ -37,6 +41,7 @@ __all__ = [
     "SampleRecord",
     "SampleRun",
     "SessionRecord",
+    "SkippedRecord",
     "read_records",
 ]
 
@@ -69,6 +74,8 @@ class SessionRecord(_Line):
     data: str | None = None
     policies: list[str] = []
     concurrency: int = 1
+    bad_rows: list[str] = []
+    """Rows of the dataset skipped when it was read (``FILE line N: why``)."""
 
 
 class CallRecord(_Line):
@@ -145,6 +152,18 @@ class SampleRecord(_Line):
         return score(answer, self.gold, self.kind, self.options, self.references)
 
 
+class SkippedRecord(_Line):
+    """A (policy, sample) run skipped as a bad row: the row's input cannot be used."""
+
+    type: Literal["skipped"] = "skipped"
+    sample: str
+    policy: str
+    reason: str
+    """Why, e.g. the image does not decode."""
+    digest: str
+    """The dataset row's hash: a changed row is run again on resume."""
+
+
 @dataclass
 class SampleRun:
     """A finished run and its calls, in call order."""
@@ -161,6 +180,8 @@ class RecordSet:
     sessions: list[SessionRecord] = field(default_factory=list)
     runs: dict[tuple[str, str], SampleRun] = field(default_factory=dict)
     """Finished runs by ``(policy, sample id)``; a later run of the same key wins."""
+    skipped: dict[tuple[str, str], SkippedRecord] = field(default_factory=dict)
+    """Runs skipped as bad rows, by ``(policy, sample id)`` (a later finished run wins)."""
     problems: list[str] = field(default_factory=list)
     """Skipped lines: a partial last line, unreadable lines, calls of unfinished runs."""
 
@@ -177,6 +198,7 @@ _TYPES: dict[str, type[_Line]] = {
     "session": SessionRecord,
     "call": CallRecord,
     "sample": SampleRecord,
+    "skipped": SkippedRecord,
 }
 
 
@@ -198,7 +220,7 @@ def read_records(path: str | Path) -> RecordSet:
         return out
     pending: dict[tuple[str, str], list[CallRecord]] = {}
     orphans = unfinished = 0
-    with file.open("rb") as fh:
+    with open_regular(file, flag="records", what="records file") as fh:  # no pipe or device
         raw = fh.read()
     lines = raw.split(b"\n")
     complete = raw.endswith(b"\n")
@@ -207,10 +229,10 @@ def read_records(path: str | Path) -> RecordSet:
             continue
         last = number == len(lines) and not complete
         try:
-            obj = json.loads(data)
+            obj = parse_json(data, parameter="records", what=f"line {number}")
             kind = _TYPES[obj["type"]]
             line = kind.model_validate(obj)
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValidationError):
+        except (ConfigError, UnicodeDecodeError, KeyError, TypeError, ValidationError):
             reason = "partial last line (an interrupted write)" if last else "unreadable line"
             out.problems.append(f"line {number}: {reason}, ignored")
             continue
@@ -226,6 +248,11 @@ def read_records(path: str | Path) -> RecordSet:
             key = (line.policy, line.sample)
             out.runs.pop(key, None)  # a redone run moves to the end
             out.runs[key] = SampleRun(line, pending.pop(key, []))
+            out.skipped.pop(key, None)
+        elif isinstance(line, SkippedRecord):
+            key = (line.policy, line.sample)
+            out.runs.pop(key, None)
+            out.skipped[key] = line
     orphans += sum(len(calls) for calls in pending.values())
     unfinished += len(pending)
     if orphans:

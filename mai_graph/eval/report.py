@@ -15,7 +15,9 @@ answers), so a report can be rebuilt at any time without a model:
   per policy, with the masked variant when recorded;
 - tokens: generated reasoning tokens apart from answer tokens, per model; with prices
   (:mod:`mai_graph.eval.cost`), the cost per question and per 1,000 questions;
-- per sample: route, answer, canonical prediction, gold and verdict, to audit the scores.
+- per sample: route, answer, canonical prediction, gold and verdict, to audit the scores;
+- bad rows: the dataset's rows skipped when it was read and the runs skipped because their
+  image did not decode, each with its reason, and their count.
 """
 
 from __future__ import annotations
@@ -304,8 +306,18 @@ def build_report(
         "latency_model": getattr(latency_model, "__name__", None) if latency_model else None,
         "prices": {role: vars(p) for role, p in prices.items()} if prices else None,
         "problems": list(records.problems),
+        "bad_rows": _bad_rows(records),
         "samples": [row for policy in rows for row in rows[policy]],
     }
+
+
+def _bad_rows(records: RecordSet) -> dict[str, Any]:
+    """Rows skipped when the dataset was read (the last session's) and runs skipped later."""
+    read = list(records.sessions[-1].bad_rows) if records.sessions else []
+    run = [{"sample": s.sample, "policy": s.policy, "reason": s.reason}
+           for s in records.skipped.values()]  # fmt: skip
+    samples = {s.sample for s in records.skipped.values()}
+    return {"count": len(read) + len(samples), "when_read": read, "at_run": run}
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -426,6 +438,12 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"gap recovered ({cq['weak']} -> {cq['strong']}): {_pct(cq['gap_recovered'])} "
             f"with {_pct(cq['transfer_share'])} of runs transferring"
+        )
+    bad = report.get("bad_rows") or {}
+    if bad.get("count"):
+        lines.append(
+            f"bad rows skipped: {bad['count']} ({len(bad['when_read'])} when read, "
+            f"{len(bad['at_run'])} run(s) at run time; listed in report.md)"
         )
     if any(s["replayed"] for s in report["policies"].values()):
         lines.append("* replayed from records with every branch under the context's gate settings")
@@ -640,6 +658,12 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
         lines += ["", "## Plots", ""]
         for title, name in plots.items():
             lines.append(f"![{title}]({name})")
+    bad = report.get("bad_rows") or {}
+    if bad.get("count"):
+        lines += ["", f"## Bad rows skipped ({bad['count']})", ""]
+        lines += [f"- when read: {p}" for p in bad["when_read"]]
+        lines += [f"- sample `{b['sample']}` ({b['policy']}): {b['reason']}"
+                  for b in bad["at_run"]]  # fmt: skip
     if report["problems"]:
         lines += ["", "## Records skipped", ""]
         lines += [f"- {p}" for p in report["problems"]]
@@ -671,7 +695,8 @@ def write_report(
             written[path.name] = path
     report = {**report, "plots": images}
     path = folder / "report.json"
-    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    # JSON has no NaN or Infinity: a non-finite number here is a bug to see, not to write.
+    path.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     written["report.json"] = path
     md = folder / "report.md"
     md.write_text(report_markdown(report, images), encoding="utf-8")

@@ -6,6 +6,11 @@ under its own load); within a policy up to ``concurrency`` samples run at once. 
 run is appended to ``records.jsonl`` at once (see :mod:`mai_graph.eval.records`); on a new
 call with the same folder, finished runs are skipped.
 
+A run whose input cannot be used (an image that does not decode, caught while the run reads
+it) is a bad row: with ``on_bad_row="skip"`` it is recorded as skipped, with its reason, and
+the evaluation goes on (a resume does not redo it while the row is unchanged); with
+``"fail"`` the evaluation stops with an :class:`~mai_graph.errors.ImageError` naming the row.
+
 With ``branches=True`` the ``mai`` policy runs with ``gate="never"`` and ``s2_exit=False``, so
 every sample records both short answers (with probabilities), the reasoning, the S2 answer and
 the transfer answer; reports and calibration then replay any gate setting offline. Extra
@@ -31,8 +36,8 @@ from mai_graph import tracing
 from mai_graph.answers import extract_answer
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, Policy
-from mai_graph.errors import ConfigError, check_int
-from mai_graph.eval.datasets import GROUP_KEY, Sample
+from mai_graph.errors import ConfigError, ImageAccessError, ImageError, check_int
+from mai_graph.eval.datasets import GROUP_KEY, OnBadRow, Sample
 from mai_graph.eval.records import (
     RECORDS_FILE,
     CallRecord,
@@ -40,6 +45,7 @@ from mai_graph.eval.records import (
     SampleRecord,
     SampleRun,
     SessionRecord,
+    SkippedRecord,
     read_records,
 )
 from mai_graph.eval.replay import outcome, ratio_key
@@ -90,7 +96,9 @@ class RunSummary:
     done: int = 0
     """Runs finished in this call."""
     skipped: int = 0
-    """Runs found finished in the records (not redone)."""
+    """Runs found in the records, finished or skipped as bad rows (not redone)."""
+    bad_rows: list[str] = field(default_factory=list)
+    """Runs skipped as bad rows in this call (``sample 'id' (policy): why``)."""
     problems: list[str] = field(default_factory=list)
     """Lines of the records that were ignored (e.g. a partial line after a crash)."""
     elapsed_s: float = 0.0
@@ -329,6 +337,7 @@ def _session(
     data: str | None,
     concurrency: int,
     variants: Sequence[str] = ("full",),
+    bad_rows: Sequence[object] = (),
 ) -> SessionRecord:
     return SessionRecord(
         started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -344,6 +353,7 @@ def _session(
         data=data,
         policies=policies,
         concurrency=concurrency,
+        bad_rows=[str(p) for p in bad_rows],
     )
 
 
@@ -375,6 +385,8 @@ async def arun_eval(
     progress: bool = True,
     data: str | None = None,
     on_run: Callable[[str, Sample, float], None] | None = None,
+    on_bad_row: OnBadRow = "skip",
+    bad_rows: Sequence[object] = (),
 ) -> RunSummary:
     """Run ``policies`` over ``samples`` and append every generation to ``out_dir``.
 
@@ -396,13 +408,27 @@ async def arun_eval(
         data: The dataset's path, noted in the records.
         on_run: Called after each finished run with ``(policy, sample, credit)``; the credit
             is 1.0 or 0.0 (the VQA accuracy for questions with several human answers).
+        on_bad_row: A run whose image does not decode: ``skip`` records it as skipped (with
+            its reason; the report counts it) and goes on, ``fail`` raises.
+        bad_rows: The dataset's rows skipped when it was read
+            (:attr:`~mai_graph.eval.datasets.Dataset.problems`), noted in the records so the
+            report counts them.
 
     Returns:
         A :class:`RunSummary`.
 
     Raises:
         ConfigError: Bad arguments, or records in ``out_dir`` made with other settings.
+        ImageError: With ``on_bad_row="fail"``, a sample's image does not decode (the error
+            names the sample).
     """
+    if on_bad_row not in get_args(OnBadRow):
+        raise ConfigError(
+            f"on_bad_row must be skip or fail, got {on_bad_row!r}",
+            parameter="on_bad_row",
+            value=on_bad_row,
+            fix="skip (record the run as skipped and go on) or fail (stop at the first)",
+        )
     lineup = Lineup.of(small, large)
     chosen = _check_policies(policies)
     base = MAIContext.coerce(context)
@@ -438,7 +464,8 @@ async def arun_eval(
                            owns=lambda f: (f / RECORDS_FILE).is_file())  # fmt: skip
     started = time.perf_counter()
     existing = await asyncio.to_thread(read_records, folder)
-    session = _session(base, branches, ratios, lineup, chosen, data, concurrency, variants)
+    session = _session(base, branches, ratios, lineup, chosen, data, concurrency, variants,
+                       bad_rows)  # fmt: skip
     if existing.sessions:
         _check_resume(existing.sessions[0], session, folder)
     by_id = {s.id: s for s in samples}
@@ -457,12 +484,15 @@ async def arun_eval(
                 fix="use a new output folder when the dataset or --circular changes",
             )
     summary = RunSummary(folder, problems=list(existing.problems))
-    todo = [
-        (policy, sample)
-        for policy in chosen
-        for sample in samples
-        if (policy, sample.id) not in existing.runs
-    ]
+
+    def recorded(policy: str, sample: Sample) -> bool:
+        skip = existing.skipped.get((policy, sample.id))
+        return (policy, sample.id) in existing.runs or (
+            skip is not None and skip.digest == sample.digest()  # a changed row runs again
+        )
+
+    todo = [(policy, sample) for policy in chosen for sample in samples
+            if not recorded(policy, sample)]  # fmt: skip
     summary.skipped = len(chosen) * len(samples) - len(todo)
     writer = await asyncio.to_thread(RecordWriter, folder)
     try:
@@ -473,10 +503,10 @@ async def arun_eval(
             if batch:
                 bar = _progress(policy, len(batch), progress)
                 try:
-                    await _run_policy(evaluation, policy, batch, concurrency, bar, on_run)
+                    await _run_policy(evaluation, policy, batch, concurrency, bar, on_run,
+                                      on_bad_row, summary)  # fmt: skip
                 finally:
                     bar.close()
-                summary.done += len(batch)
     finally:
         writer.close()
     summary.elapsed_s = time.perf_counter() - started
@@ -504,6 +534,8 @@ async def _run_policy(
     concurrency: int,
     bar: Any,
     on_run: Callable[[str, Sample, float], None] | None,
+    on_bad_row: OnBadRow,
+    summary: RunSummary,
 ) -> None:
     right = 0.0
     done = 0
@@ -514,11 +546,18 @@ async def _run_policy(
         async with gate:
             try:
                 credit = await evaluation.run(policy, sample)
+            except ImageAccessError:
+                raise  # the image policy refuses the dataset's paths: a setting, not a row
+            except ImageError as exc:
+                await _bad_row(evaluation.writer, policy, sample, exc, on_bad_row, summary)
+                bar.update(1)
+                return
             except Exception as exc:
                 exc.add_note(f"while evaluating sample {sample.id!r} with policy {policy}")
                 raise
         right += credit
         done += 1
+        summary.done += 1
         bar.set_postfix(acc=f"{right / done:.3f}", refresh=False)
         bar.update(1)
         if on_run is not None:
@@ -530,6 +569,29 @@ async def _run_policy(
                 group.create_task(one(sample))
     except BaseExceptionGroup as errors:
         raise errors.exceptions[0] from None
+
+
+async def _bad_row(
+    writer: RecordWriter,
+    policy: str,
+    sample: Sample,
+    exc: ImageError,
+    on_bad_row: OnBadRow,
+    summary: RunSummary,
+) -> None:
+    """A run whose image cannot be used: recorded as skipped, or raised naming the row."""
+    text = str(exc)
+    reason = text.removesuffix(f". Fix: {exc.fix}") if exc.fix else text
+    if on_bad_row == "fail":
+        raise ImageError(
+            f"bad row: sample {sample.id!r} (policy {policy}): {reason}",
+            parameter="data",
+            value=sample.id,
+            fix="fix or remove the row, or skip bad rows (--on-bad-row skip, on_bad_row='skip')",
+        ) from exc
+    record = SkippedRecord(sample=sample.id, policy=policy, reason=reason, digest=sample.digest())
+    await asyncio.to_thread(writer.write, [record])
+    summary.bad_rows.append(f"sample {sample.id!r} ({policy}): {reason}")
 
 
 def run_eval(

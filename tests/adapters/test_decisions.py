@@ -252,3 +252,49 @@ async def test_in_a_langgraph_node():
     graph.add_edge("classify", END)
     result = await graph.compile().ainvoke({"message": picture_message()})
     assert result["colour"] == "red" and 0 < result["sure"] <= 1
+
+
+@pytest.mark.parametrize("small, large", [(None, "ok"), ("ok", None), ("ok", []), (5, "ok")])
+def test_backends_that_are_not_backends_are_refused_at_construction(small, large):
+    ok = ScriptedBackend({"short": "A"}, name="ok")
+    with pytest.raises(ConfigError, match="small|large") as err:
+        MAIDecisionModel(small=ok if small == "ok" else small, large=ok if large == "ok" else large)
+    assert err.value.parameter in ("small", "large") and err.value.fix
+
+
+def _nested(depth):
+    value = "a red square"
+    for _ in range(depth):
+        value = {"inner": [value]}
+    return value
+
+
+def _cyclic():
+    state = {"note": "a red square", "items": []}
+    state["items"].append(state)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("state", "error"),
+    [
+        (_nested(5_000), "nests deeper than 64 levels"),
+        (_cyclic(), "holds itself"),
+        ([[["a red square"] * 200] * 200] * 200, "more than 100,000 values"),
+    ],
+    ids=["5,000 deep", "cyclic", "8 million values through shared lists"],
+)
+def test_deep_cyclic_or_huge_states_are_refused_before_any_call(state, error):
+    small, large = agreeing()
+    decide = MAIDecisionModel(small=small, large=large)
+    question = {"c": Choice(instructions="Which colour?", criteria=COLOURS)}
+    with pytest.raises(ConfigError, match=error) as err:
+        decide.invoke({"state": state, "questions": question})
+    assert err.value.parameter == "state" and "Fix: " in str(err.value)
+    deep = {"c": Choice(instructions=_nested(100), criteria=COLOURS)}
+    with pytest.raises(ConfigError, match="instructions nests deeper") as err:
+        decide.invoke({"state": "a red square", "questions": deep})
+    assert small.requests == [] and large.requests == []
+    shared = ["a red square"]  # the same list twice is no cycle
+    out = decide.invoke({"state": {"a": shared, "b": shared}, "questions": question})
+    assert out.choices["c"].choice in COLOURS

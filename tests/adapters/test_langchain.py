@@ -165,3 +165,11 @@ def test_chat_model_and_chat_graph_take_drafters_and_a_chain():
     graph = create_mai_chat_graph(drafters, chain).compile()
     out = graph.invoke({"messages": [("human", "Is the sky green?")]})
     assert out["messages"][-1].content.lower() == "no"
+
+
+@pytest.mark.parametrize("small, large", [(None, "ok"), ("ok", None), ([], "ok"), ("ok", 3)])
+def test_backends_that_are_not_backends_are_refused_at_construction(small, large):
+    ok = ScriptedBackend("A", name="ok")
+    with pytest.raises(ConfigError, match="small|large") as err:
+        MAIChatModel(small=ok if small == "ok" else small, large=ok if large == "ok" else large)
+    assert err.value.parameter in ("small", "large") and err.value.fix

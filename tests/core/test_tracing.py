@@ -310,6 +310,42 @@ def test_the_command_exports_its_trace_to_a_real_otlp_receiver(tmp_path):
     assert len({s["trace_id"] for s in spans}) == 1
 
 
+@pytest.mark.server
+def test_with_no_collector_listening_the_command_exits_promptly(monkeypatch, capsys):
+    """The exit hook flushes at most ``FLUSH_TIMEOUT_S``; the exporter's own retries (10 s by
+    default) are cut short, and the dropped spans are reported."""
+    import logging
+    import socket
+    import time
+
+    from opentelemetry import trace
+
+    from mai_graph.cli import main
+
+    with socket.socket() as sock:  # a port nothing listens on (connections are refused)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MAI_GRAPH_OTEL", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    assert not isinstance(trace.get_tracer_provider(), TracerProvider)  # one is built here
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("mai_graph.tracing").addHandler(handler)
+    try:
+        assert main(["run", "Is it red?"]) == 0
+        assert tracing.enabled()
+        start = time.perf_counter()
+        tracing.disable()  # what the exit hook runs
+        took = time.perf_counter() - start
+    finally:
+        logging.getLogger("mai_graph.tracing").removeHandler(handler)
+        tracing.disable()
+    assert took < tracing.FLUSH_TIMEOUT_S + 2.5, took
+    assert any("took no spans" in r.getMessage() for r in records)
+    capsys.readouterr()
+
+
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 

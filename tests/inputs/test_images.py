@@ -257,3 +257,15 @@ def test_store_bound_is_validated(tmp_path, monkeypatch):
     monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "lots")
     with pytest.raises(ConfigError, match="MAI_GRAPH_IMAGE_STORE_MB"):
         _stored((9, 9, 9))
+
+
+@pytest.mark.parametrize("size", [(0, 0), (0, 12), (12, 0)])
+def test_an_empty_pil_image_is_refused_naming_it(size):
+    from mai_graph import ScriptedBackend, run
+
+    with pytest.raises(ImageError, match=rf"is empty \({size[0]}x{size[1]}\)") as err:
+        image_ref(Image.new("RGB", size))
+    assert err.value.fix == "pass an image with pixels"
+    small, large = ScriptedBackend("yes"), ScriptedBackend("yes")
+    with pytest.raises(ImageError, match="is empty"):
+        run("Is it red?", Image.new("RGB", size), small=small, large=large)
