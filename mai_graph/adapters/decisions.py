@@ -36,7 +36,7 @@ from langchain_core.decisions import (
 from langchain_core.messages import BaseMessage, UsageMetadata
 from pydantic import ConfigDict, Field
 
-from mai_graph.adapters.langchain import _image_source, _names
+from mai_graph.adapters.langchain import image_source, lineup_names
 from mai_graph.answers.distribution import around
 from mai_graph.api import arun
 from mai_graph.errors import ConfigError
@@ -147,7 +147,7 @@ def _content_text(value: Any, images: list[str], where: str) -> list[str]:
     if isinstance(value, Mapping):
         kind = value.get("type")
         if kind in ("image", "image_url"):
-            images.append(_image_source(value))
+            images.append(image_source(value))
             return []
         if kind == "text" and isinstance(value.get("text"), str):
             return [value["text"]]
@@ -268,7 +268,7 @@ class MAIDecisionModel(BaseDecisionModel):
     def model_post_init(self, context: Any) -> None:
         """Name the model after its backends when no name is given."""
         if not self.model:
-            self.model = f"{_names(self.small)}+{_names(self.large)}"
+            self.model = f"{lineup_names(self.small)}+{lineup_names(self.large)}"
 
     @property
     def _provider(self) -> str:

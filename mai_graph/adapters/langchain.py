@@ -53,10 +53,17 @@ from mai_graph.result import reasoning_tokens, totals
 from mai_graph.run_stream import run_events
 from mai_graph.state import InputState
 
-__all__ = ["MAIChatModel", "create_mai_chat_graph", "messages_to_input", "result_message"]
+__all__ = [
+    "MAIChatModel",
+    "create_mai_chat_graph",
+    "image_source",
+    "lineup_names",
+    "messages_to_input",
+    "result_message",
+]
 
 
-def _image_source(part: Mapping[str, Any]) -> str:
+def image_source(part: Mapping[str, Any]) -> str:
     """The image of a content part as given (data URL, base64, path or URL).
 
     Whether it may be read is the graph's image policy's decision, when the run starts.
@@ -127,7 +134,7 @@ def messages_to_input(
         elif part.get("type") == "text":
             texts.append(str(part.get("text", "")))
         elif part.get("type") in ("image_url", "image"):
-            images.append(_image_source(part))
+            images.append(image_source(part))
         elif part.get("type") in ("video_url", "video"):
             videos.append(_video_source(part))
         else:  # audio, files, ...: never dropped silently
@@ -183,7 +190,7 @@ def result_message(output: Mapping[str, Any], latency_s: float, *, name: str = "
     )
 
 
-def _names(models: Any) -> str:
+def lineup_names(models: Any) -> str:
     """A backend's name, or the names of a list of them (drafters, a chain) joined by commas."""
     if isinstance(models, list | tuple):
         return ",".join(m.name for m in models)
@@ -308,7 +315,11 @@ class MAIChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"small": _names(self.small), "large": _names(self.large), "context": self.context}
+        return {
+            "small": lineup_names(self.small),
+            "large": lineup_names(self.large),
+            "context": self.context,
+        }
 
     def bind_tools(self, *args: Any, **kwargs: Any) -> Any:
         """Not supported: MAI answers questions, it does not call tools."""
@@ -321,7 +332,7 @@ class MAIChatModel(BaseChatModel):
         """Tracing metadata, as LangChain chat models report it."""
         params = super()._get_ls_params(stop=stop, **kwargs)
         params["ls_provider"] = "mai-graph"
-        params["ls_model_name"] = f"{_names(self.small)}+{_names(self.large)}"
+        params["ls_model_name"] = f"{lineup_names(self.small)}+{lineup_names(self.large)}"
         return params
 
     def with_structured_output(  # type: ignore[override]

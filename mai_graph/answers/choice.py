@@ -24,12 +24,19 @@ import re
 from typing import Final
 
 from mai_graph.answers.kinds import UNKNOWN
-from mai_graph.answers.text import _LEAD, is_refusal, last_matches, lower_same, vqa_normalize
+from mai_graph.answers.text import (
+    ANSWER_STATEMENT,
+    is_refusal,
+    last_matches,
+    lower_same,
+    vqa_normalize,
+)
 
 __all__ = ["read_choice"]
 
 _CHOICE_LEAD = re.compile(
-    _LEAD.pattern + r"|(?:option|choice|letter)\s*(?:(?:would|should|must)\s+be\b|is\b|:)"
+    ANSWER_STATEMENT.pattern
+    + r"|(?:option|choice|letter)\s*(?:(?:would|should|must)\s+be\b|is\b|:)"
     r"|(?:go(?:ing)?\s+with|choose|choosing|pick|select|opt\s+for)\b|选择?项?"
     r"|(?P<weak>(?:so|thus|therefore|hence|definitely|clearly|probably|likely|certainly"
     r"|obviously|surely)\s*,?\s+(?:it'?s\s+|it\s+is\s+)?"

@@ -8,7 +8,7 @@ from typing import Final
 from mai_graph.answers.choice import read_choice
 from mai_graph.answers.kinds import UNKNOWN, AnswerKind, resolve_kind
 from mai_graph.answers.numbers import (
-    _Hedge,
+    Hedge,
     format_quantity,
     parse_canonical,
     quantities_match,
@@ -58,7 +58,7 @@ def _read_number_kind(t: str, *, gold: bool = False) -> str:
         return UNKNOWN
     try:
         q = read_number(t)
-    except _Hedge:
+    except Hedge:
         return UNKNOWN
     # read_number keeps currencies and units of measure only ("12 km", never "4 birds")
     return UNKNOWN if q is None else format_quantity(q, with_unit=True)
@@ -106,7 +106,7 @@ def _read_auto_once(t: str, *, gold: bool) -> str:
     stated = region[equals + 1 :] if equals >= 0 and region[equals + 1 :].strip() else region
     try:
         q = read_auto_number(stated.lstrip(" \t\n\"'([:"))
-    except _Hedge:
+    except Hedge:
         return UNKNOWN
     if q is not None:
         return format_quantity(q, with_unit=True)
@@ -270,7 +270,7 @@ def _gold_range(gold: str, kind: str) -> str | None:
             read_number(t)
         else:
             read_auto_number(answer_region(t).lstrip(" \t\n\"'([:"))
-    except _Hedge:
+    except Hedge:
         return vqa_normalize(t) or None
     return None
 

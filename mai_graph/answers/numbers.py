@@ -23,6 +23,7 @@ from mai_graph.answers.text import (
 )
 
 __all__ = [
+    "Hedge",
     "Quantity",
     "format_quantity",
     "parse_canonical",
@@ -252,7 +253,7 @@ class Quantity:
     grouped: bool = field(default=False, compare=False)
 
 
-class _Hedge(Exception):
+class Hedge(Exception):
     """The number read is a range, a choice between numbers or a bound."""
 
 
@@ -274,7 +275,7 @@ def _month(name: str) -> int:
 
 def _date_key(year: str | None, month: int, day: int | None) -> str:
     if not 1 <= month <= 12 or (day is not None and not 1 <= day <= 31):
-        raise _Hedge
+        raise Hedge
     if year is None:
         return f"--{month:02d}-{day:02d}"
     return f"{year}-{month:02d}" if day is None else f"{year}-{month:02d}-{day:02d}"
@@ -283,10 +284,10 @@ def _date_key(year: str | None, month: int, day: int | None) -> str:
 def _time_key(hour: int, minute: int, second: str | None, ampm: str | None) -> str:
     if ampm:
         if not 1 <= hour <= 12:
-            raise _Hedge
+            raise Hedge
         hour = hour % 12 + (12 if ampm.lower() == "p" else 0)
     if hour > 23 or minute > 59 or (second is not None and int(second) > 59):
-        raise _Hedge
+        raise Hedge
     return f"{hour:02d}:{minute:02d}" + (f":{second}" if second is not None else "")
 
 
@@ -297,7 +298,7 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
     million, "5m" five metres).
 
     Raises:
-        _Hedge: For an impossible date or time (a range such as ``2019-20``).
+        Hedge: For an impossible date or time (a range such as ``2019-20``).
     """
     g = m.groupdict()
     end = m.end()
@@ -339,10 +340,10 @@ def _quantity(m: re.Match[str], text: str) -> tuple[Quantity | None, int]:
     if len(int_part) + len(frac) > _MAX_DIGITS + 8:
         return None, end
     if _MALFORMED.match(text, m.end("int") if int_part and not frac else m.end()):
-        raise _Hedge  # "1,5", "1.2.3", "1.234,5": not one number we can read for sure
+        raise Hedge  # "1,5", "1.2.3", "1.234,5": not one number we can read for sure
     mixed = g["mixn"] is not None and not (frac or g["den"])
     if mixed and not 0 < int(g["mixn"]) < int(g["mixd"]):
-        raise _Hedge  # "3 4/2": not a mixed number
+        raise Hedge  # "3 4/2": not a mixed number
     try:
         value = Decimal(int_part.replace(",", "").replace(g["gsep"] or ",", "") + frac
                         if int_part else "0" + frac)  # fmt: skip
@@ -499,7 +500,7 @@ def read_number(text: str) -> Quantity | None:
     currencies and units of measure (:data:`_MEASURES`) stay.
 
     Raises:
-        _Hedge: When the stated number is a range, a choice between numbers or a bound.
+        Hedge: When the stated number is a range, a choice between numbers or a bound.
 
     >>> read_number("The total is 8; the chart also lists 20 and 35.").value
     Decimal('8')
@@ -509,7 +510,7 @@ def read_number(text: str) -> Quantity | None:
     if m is None:
         return None
     if _hedged(low, m.start(), m.end()):
-        raise _Hedge
+        raise Hedge
     q, end = _quantity(m, text)
     if q is None:
         return None
@@ -555,7 +556,7 @@ def read_auto_number(region: str) -> Quantity | None:
         The quantity with its unit noun, or None when the answer is not a number form.
 
     Raises:
-        _Hedge: When it is a range, a choice between numbers or a bound.
+        Hedge: When it is a range, a choice between numbers or a bound.
 
     >>> read_auto_number("There are 4 red birds in the tree.").unit
     'birds'
@@ -568,7 +569,7 @@ def read_auto_number(region: str) -> Quantity | None:
     sentence = _SENTENCE_END.search(low, m.end())
     stop = sentence.start() if sentence else len(low)
     if _hedged(low[:stop], m.start(), m.end()):
-        raise _Hedge
+        raise Hedge
     q, end = _quantity(m, region)
     if q is None:
         return None
@@ -623,7 +624,7 @@ def parse_canonical(text: str) -> Quantity | None:
     if m:
         try:
             return Quantity("time", key=_time_key(int(m[1]), int(m[2]), m[3], None))
-        except _Hedge:
+        except Hedge:
             return None
     m = _C_NUM.fullmatch(text)
     if m is None or len(m["int"]) > _MAX_DIGITS + 8:

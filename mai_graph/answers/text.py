@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Final
 
 __all__ = [
+    "ANSWER_STATEMENT",
     "NUMBER_WORDS",
     "answer_region",
     "is_refusal",
@@ -94,7 +95,7 @@ def prepare(text: str) -> str:
 
     Unicode NFKC (full-width ``Ｃ`` reads ``C``), reasoning blocks removed, typographic quotes
     and dashes made plain, ``\boxed{X}`` read as a stated answer, markdown emphasis dropped.
-    (The Chinese answer marker 答案 is one of the answer statements, see ``_LEAD``.)
+    (The Chinese answer marker 答案 is one of the answer statements, see ``ANSWER_STATEMENT``.)
 
     >>> prepare("**Answer:** \\boxed{Ｃ}")
     'Answer:  answer: C .'
@@ -124,7 +125,7 @@ def _caret_power(m: re.Match[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Answer statements: "the answer is ...", "Answer: ...", "I'd go with ...".
 
-_LEAD = re.compile(
+ANSWER_STATEMENT = re.compile(
     r"answer(?:\s+to\s+(?:the|this|your)\s+question)?"
     r"\s*(?:(?:would|should|will|must)\s+be\b|is\b|:|=|-(?=\s)|\n)"
     r"|i(?:'d|\s+would|\s+will|'ll)?\s+(?:go\s+with|choose|pick|select|opt\s+for|say)\b"
@@ -190,7 +191,7 @@ def last_matches(pattern: re.Pattern[str], low: str, limit: int) -> list[re.Matc
         end, size = start, size * 4
 
 
-def last_statement(text: str, pattern: re.Pattern[str] = _LEAD) -> re.Match[str] | None:
+def last_statement(text: str, pattern: re.Pattern[str] = ANSWER_STATEMENT) -> re.Match[str] | None:
     """The last answer statement ("the answer is", "Answer:", ...) in ``text``, or None.
 
     Positions refer to ``text``; matching is on its lower-cased form.
