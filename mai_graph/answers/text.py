@@ -40,6 +40,16 @@ _TRANSLATE: Final = str.maketrans(
         "\u201c": '"',
         "\u201d": '"',
         "\u2212": "-",  # minus sign
+        "\u2010": "-",  # hyphen
+        "\u2011": "-",  # non-breaking hyphen
+        "\u2012": "-",  # figure dash
+        "\u02d7": "-",  # modifier letter minus
+        "\u2796": "-",  # heavy minus sign
+        "\u2015": " - ",  # horizontal bar
+        "\u301c": "~",  # wave dash (a range: 3〜5)
+        "\u2053": "~",  # swung dash
+        "\u066b": ".",  # Arabic decimal separator
+        "\u066c": ",",  # Arabic thousands separator
         "\u2013": "-",  # en dash
         "\u2014": " - ",  # em dash
         "\u2044": "/",  # fraction slash (NFKC writes ½ as 1⁄2)
@@ -49,6 +59,14 @@ _TRANSLATE: Final = str.maketrans(
     }
 )
 _SPECIAL: Final = tuple(chr(c) for c in _TRANSLATE)
+_INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
+"""Characters that show nothing: inside a number they would split it ("1\u200b000")."""
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*?)\s*\}\s*\{\s*([^{}]*?)\s*\}")
+_LATEX_BRACED_POWER = re.compile(r"\^\s*\{\s*([+-]?\d{1,4})\s*\}")
+_LATEX_TIMES = re.compile(r"\\(?:times|cdot)\b")
+_LATEX_MATH = re.compile(r"\$([^$\s]*[\\^{][^$\s]*)\$")
+"""Inline math (``$10^{5}$``): its dollar signs are delimiters, not a currency."""
+_DOUBLE_STAR_POWER = re.compile(r"(?<=\d)\*\*(?=[+-]?\d)")
 _SUPERSCRIPTS: Final = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"
 # A power written with superscripts after a digit ("10³") becomes "10^3" before NFKC, which
 # would make it "103"; after a letter ("m²") NFKC's "m2" is kept (a unit of its own).
@@ -103,19 +121,37 @@ def prepare(text: str) -> str:
     '答案:C'
     """
     if not text.isascii():
+        text = _INVISIBLE.sub("", text)
         text = _SUPER_POWER.sub(_caret_power, text)
         text = _GLUED_FRACTION.sub(" ", text)
     text = unicodedata.normalize("NFKC", text)
     text = strip_think(text)
     if any(c in text for c in _SPECIAL):
         text = text.translate(_TRANSLATE)
-    if "\\" in text:
+    if "\\" in text or "^{" in text or "$" in text:
+        text = _LATEX_MATH.sub(r"\1", text)
         text = _BOXED.sub(r" answer: \1 .", text)
         text = _LATEX_TEXT.sub(r"\1", text)
+        text = _LATEX_FRAC.sub(_fraction, text)
+        text = _LATEX_BRACED_POWER.sub(r"^\1", text)
+        text = _LATEX_TIMES.sub("×", text)
+    if "**" in text:  # 10**5, before markdown emphasis goes
+        text = _DOUBLE_STAR_POWER.sub("^", text)
     text = _MARKUP.sub("", text)
     if "_" in text:
         text = _UNDERSCORE.sub("", text)
     return text
+
+
+def _fraction(m: re.Match[str]) -> str:
+    r"""``\frac{a}{b}`` as ``a/b`` (numbers) or ``(a)/(b)``."""
+    a, b = m.group(1), m.group(2)
+    if _PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b):
+        return f"{a}/{b}"
+    return f"({a})/({b})"
+
+
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def _caret_power(m: re.Match[str]) -> str:
@@ -133,7 +169,8 @@ ANSWER_STATEMENT = re.compile(
     r"|答案\s*(?:应该是|应为|是|为|:)?"
 )
 """Answer statements, matched on lower-cased text (see :func:`iter_words`)."""
-_LEAD_REST = re.compile(r"[\s:=\-,]*")
+_LEAD_REST = re.compile(r"(?:[\s:=,]|-(?![\d.$€£¥₹]))*")
+"""What follows a statement before the answer; a minus sign belongs to the answer ("-5")."""
 
 
 def iter_words(

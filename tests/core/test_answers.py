@@ -363,7 +363,33 @@ NOT_EQUAL = [
     ("\u00bd", "1"), ("1/2", "2"), ("3/4", "34"),
     # ranges are no single number
     ("3-5", "3"), ("3\u20135", "5"), ("10 to 20", "10"), ("between 3 and 5", "3"),
-    ("5 or 6", "5"),
+    ("5 or 6", "5"), ("3 through 5", "3"), ("3 thru 5", "3"), ("3 until 5", "3"), ("3 & 5", "3"),
+    ("1 in 5", "1"), ("one in five", "1"), ("3\u20115", "3"), ("3\u301c5", "3"),
+    # a statement before a signed number keeps its sign
+    ("The answer is -5.", "The answer is 5."), ("\\boxed{-3}", "\\boxed{3}"),
+    ("Answer: -1e5", "Answer: 1e5"), ("Answer: -5%", "Answer: 5%"), ("Answer: -$5", "Answer: $5"),
+    ("minus 5", "5"), ("negative 5", "5"), ("\u20115", "5"), ("\u20105", "5"),
+    # a full stop after the number ends the sentence, not the number
+    ("The answer is 1e5.", "The answer is 1e9."), ("It is 10^5.", "It is 10^6."),
+    ("It is 1 000.", "It is 1."), ("It is 1'000.", "1"), ("It is 1 1/2.", "1"),
+    # LaTeX and code notation
+    ("\\frac{1}{2}", "2"), ("\\dfrac{3}{4}", "4"), ("10^{5}", "10"), ("1 \\times 10^{5}", "1"),
+    ("$10^{5}$", "$10"), ("10**5", "105"), ("2**10", "210"),
+    # scale words
+    ("5 lakh", "5"), ("5 crore", "5"), ("2 hundred", "2"), ("5 k", "5"), ("5\u4e07", "5"),
+    ("5\u4ebf", "5"), ("$5 M", "$5"), ("$5 K", "$5"), ("2 dozens", "2"),
+    # more units
+    ("5 minutes", "5 months"), ("5 GB", "5 MB"), ("60 mph", "60 km/h"), ("5 EUR", "$5"),
+    ("5 tons", "5 kg"), ("10 m\u00b3", "10 m"), ("10 m^2", "10 m"),
+    # tiny numbers compare relatively
+    ("1e-15", "1e-20"), ("3e-13", "0"),
+    # fractions and ordinals in words, compound measures
+    ("half a dozen", "12"), ("one and a half", "1"), ("two thirds", "2"), ("twenty-first", "20"),
+    ("three quarters", "3"), ("5 ft 6 in", "5 ft"), ("2 h 30 min", "2 h"), ("1 m 50 cm", "1 m"),
+    ("5'6\"", "5"),
+    # other scripts and notations
+    ("\u0665\u066b\u0665", "5"), ("\u0665\u066c\u0660\u0660\u0660", "5"), ("1\u200b000", "1"),
+    ("0x10", "0x20"),
 ]  # fmt: skip
 EQUAL = [
     ("1e5", "100000"), ("2.5e3", "2500"), ("1E-3", "0.001"), ("10^5", "100000"),
@@ -376,6 +402,11 @@ EQUAL = [
     ("12 km", "12 kilometers"), ("2 h", "120 minutes"), ("12", "12 km"),
     ("1.5 inches", "1.5 inch"), ("5 kg", "5000 g"), ("$5", "5 dollars"),
     ("\uff11\uff12", "12"),
+    ("1 m\u00b2", "10000 cm\u00b2"), ("0.5", "\\frac{1}{2}"), ("1e5", "10^{5}"),
+    ("100000", "1 \\times 10^{5}"), ("500000", "5 lakh"), ("200", "2 hundred"),
+    ("5500", "\u0665\u066c\u0665\u0660\u0660"), ("5.5", "\u0665\u066b\u0665"),
+    ("1000", "1\u200b000"), ("The answer is -5.", "-5"), ("1e5", "The answer is 1e5."),
+    ("5 GB", "5000 MB"), ("36 km/h", "10 m/s"),
 ]  # fmt: skip
 
 
@@ -418,3 +449,10 @@ def test_different_numbers_never_end_a_run_at_the_gate(small_says, large_says):
     large = ScriptedBackend({"short": large_says, "answer": large_says}, name="large")
     for kind in ("number", "auto"):
         assert run("How far is it?", small=small, large=large, answer_kind=kind).route != "agree"
+
+
+@pytest.mark.parametrize(("a", "b"), [("-5", "minus 5"), ("45 in 2015", "45")])
+def test_number_kind_reads_signs_in_words_and_a_value_with_its_year(a, b):
+    from mai_graph.answers import answers_match
+
+    assert answers_match(a, b, "number") and answers_match(b, a, "number")
