@@ -7,7 +7,6 @@ keys (typos), and validates every value, raising :class:`~mai_graph.errors.Confi
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mai_graph.answers import AnswerKind
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, shown
 
 __all__ = ["Gate", "MAIContext", "Policy", "SparsifyStrategy", "load_settings", "mai_settings"]
 
@@ -241,23 +240,14 @@ def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
         ConfigError: Missing file, invalid JSON, not an object, or unknown / invalid fields.
     """
     from mai_graph.files import read_text
+    from mai_graph.jsonin import parse_json
 
     file = Path(path).expanduser()
     text = read_text(file, flag="--context", what="context file")
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ConfigError(
-            f"context file {file} nests too deep to read", parameter="--context",
-            value=str(file), fix="write a flat JSON object of MAIContext fields",
-        ) from None  # fmt: skip
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"context file {file} is not valid JSON ({exc.msg}, line {exc.lineno})",
-            parameter="--context",
-            value=str(file),
-            fix='write a JSON object such as {"gate": "agree", "keep_ratio": 0.3}',
-        ) from None
+    data = parse_json(
+        text, parameter="--context", what=f"--context file {file}",
+        fix='write a JSON object such as {"gate": "agree", "keep_ratio": 0.3}',
+    )  # fmt: skip
     if not isinstance(data, dict):
         raise ConfigError(
             f"context file {file} must hold a JSON object of MAIContext fields",
@@ -319,6 +309,7 @@ def _config_error(exc: ValidationError) -> ConfigError:
     value = err.get("input")
     if isinstance(value, str) and len(value) > 80:  # never echo a huge input back
         value = f"{value[:60]}... ({len(value):,} characters)"
+    got = shown(value, 200)  # an int of 5,000 digits has no repr Python will print
     known = sorted(MAIContext.model_fields)
     if err["type"] == "extra_forbidden":
         unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
@@ -339,20 +330,20 @@ def _config_error(exc: ValidationError) -> ConfigError:
     annotation = str(field.annotation)
     allowed = _literal_values(field.annotation)
     if allowed:
-        message = f"{name} must be one of {allowed}, got {value!r}"
+        message = f"{name} must be one of {allowed}, got {got}"
         fix = f"set {name} to one of the listed values"
     elif field.annotation is bool:
-        message = f"{name} must be true or false, got {value!r}"
+        message = f"{name} must be true or false, got {got}"
         fix = f"set {name} to a boolean"
     elif "int" in annotation:
         within = f" in {_range(name)}" if field.metadata else ""
-        message = f"{name} must be an integer{within}, got {value!r}"
+        message = f"{name} must be an integer{within}, got {got}"
         fix = f"set {name} to a whole number within the range"
     elif "float" in annotation:
-        message = f"{name} must be in {_range(name)}, got {value!r}"
+        message = f"{name} must be in {_range(name)}, got {got}"
         fix = f"set {name} to a number in {_range(name)}"
     else:
-        message = f"{name}: {err['msg']}, got {value!r:.120}"
+        message = f"{name}: {err['msg']}, got {shown(value, 120)}"
         fix = f"see MAIContext.{name}: {field.description or ''}"
     return ConfigError(message, parameter=name, value=value, fix=fix)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = [
@@ -12,6 +13,8 @@ __all__ = [
     "ImageMismatchError",
     "MAIError",
     "check_int",
+    "check_number",
+    "shown",
 ]
 
 _MISSING = object()
@@ -24,6 +27,7 @@ class MAIError(Exception):
         parameter: The argument, setting or input field at fault (``None`` if not one field).
         value: The offending value, when there is one.
         fix: What to do about it, in one sentence.
+        message: The message without its fix.
     """
 
     def __init__(
@@ -37,6 +41,7 @@ class MAIError(Exception):
         self.parameter = parameter
         self.value = None if value is _MISSING else value
         self.fix = fix
+        self.message = message
         text = message if fix is None else f"{message}. Fix: {fix}"
         super().__init__(text)
 
@@ -78,6 +83,25 @@ def _number(n: int) -> str:
     return f"{n:,}" if abs(n) >= 10_000 else str(n)
 
 
+def shown(value: Any, width: int = 80) -> str:
+    """``repr(value)`` for a message, at most ``width`` characters.
+
+    An integer too long to show (Python refuses to print one of over 4,300 digits) is named by
+    its size.
+
+    >>> shown(10**100)
+    'an integer of 101 digits'
+    >>> shown("x" * 100, 10)
+    "'xxxxxx..."
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        bits = value.bit_length()
+        digits = len(str(abs(value))) if bits < 14_000 else int(bits * math.log10(2)) + 1
+        return f"an integer of {_number(digits)} digits"
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def check_int(
     value: Any,
     parameter: str,
@@ -117,7 +141,59 @@ def check_int(
         within = ""
     prefix = f"{where}: " if where else ""
     raise ConfigError(
-        f"{prefix}{parameter} must be an integer{within}, got {value!r}",
+        f"{prefix}{parameter} must be an integer{within}, got {shown(value)}",
+        parameter=parameter,
+        value=value,
+        fix=fix,
+    )
+
+
+def _bound(x: float) -> str:
+    """``1,048,576`` for a whole bound, ``0.001`` otherwise."""
+    return _number(int(x)) if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
+def check_number(
+    value: Any,
+    parameter: str,
+    *,
+    above: float | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    unit: str | None = None,
+    fix: str | None = None,
+    where: str | None = None,
+) -> float:
+    """``value`` if it is a finite number in range; else a :class:`ConfigError`.
+
+    ``above`` is an exclusive lower bound, ``minimum`` / ``maximum`` inclusive ones; ``unit``
+    names the unit in the message. NaN, the infinities and bools are refused
+    (``float("inf") > 0`` would pass a bare range check).
+
+    >>> check_number(2, "kv_cache_gib", above=0)
+    2
+    >>> check_number(float("inf"), "kv_cache_gib", above=0, maximum=1024)
+    Traceback (most recent call last):
+        ...
+    mai_graph.errors.ConfigError: kv_cache_gib must be a finite number > 0 and <= 1024, got inf
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        finite = isinstance(value, int) or math.isfinite(value)
+        if (
+            finite
+            and (above is None or value > above)
+            and (minimum is None or value >= minimum)
+            and (maximum is None or value <= maximum)
+        ):
+            return value
+    bounds = [f"> {_bound(above)}" if above is not None else "",
+              f">= {_bound(minimum)}" if minimum is not None else "",
+              f"<= {_bound(maximum)}" if maximum is not None else ""]  # fmt: skip
+    within = " and ".join(b for b in bounds if b)
+    prefix = f"{where}: " if where else ""
+    kind = f"a number of {unit}" if unit else "a finite number"
+    raise ConfigError(
+        f"{prefix}{parameter} must be {kind}{' ' + within if within else ''}, got {shown(value)}",
         parameter=parameter,
         value=value,
         fix=fix,

@@ -188,6 +188,10 @@ CASES = (
          ConfigError, "options A and B are the same text", "different text"),
     Case("options as an iterator", lambda d: {"options": iter(["red", "blue"])}, ConfigError,
          "got list_iterator. Fix", "pass a list of option texts"),
+    Case("options alike but for full-width letters", lambda d: {"options": ["red", "ｒｅｄ"]},
+         ConfigError, "options A and B are the same text to a reader", "different text"),
+    Case("an empty (0x0) PIL image", lambda d: {"image": Image.new("RGB", (0, 0))}, ImageError,
+         "is empty \\(0x0\\)", "with pixels"),
 )  # fmt: skip
 
 

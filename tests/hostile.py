@@ -107,6 +107,9 @@ class Wire:
     declared: int | None = None
     """Sent over a bare socket with this ``Content-Length`` whatever the body's size (a
     client that lies about it; HTTP clients refuse to)."""
+    served: bool = False
+    """Sent to a real server (uvicorn as ``mai-graph serve`` configures it): the transport's
+    limits, which an app served in process does not have."""
 
 
 WIRE = (
@@ -199,6 +202,12 @@ WIRE = (
          headers={"Authorization": "Basic c2stdGVzdA=="}),
     Wire("a body declared over the cap", b"{}", 413, "over the limit",
          declared=200 * 1024 * 1024),
+    Wire("a head over 8 KiB", _text(), 431, "head .* over the limit of 8,192 bytes", "headers",
+         headers={"X-Filler": "x" * 10_000}, served=True),
+    Wire("a head over 8 KiB, no key", _text(), 431, "head .* over the limit", "headers",
+         headers={"X-Filler": "x" * 10_000}, authorized=False, served=True),
+    Wire("1,000 headers, no key", _text(), 431, "head .* over the limit", "headers",
+         headers={f"x-h{i}": "1" for i in range(1_000)}, authorized=False, served=True),
 )  # fmt: skip
 
 
@@ -285,6 +294,14 @@ CHAT = (
          "ImageError", "image"),
     Chat("a question over the cap", lambda u: _human(_text_part("x" * 100_001), _image_part(u)),
          "ConfigError", "over the limit"),
+    Chat("options alike but for full-width letters", lambda u: _human(_text_part(),
+                                                                      _image_part(u)),
+         "ConfigError", "same text to a reader.*look-alike", options=["red", "ｒｅｄ"]),
+    Chat("options alike but for a Cyrillic letter", lambda u: _human(_text_part(), _image_part(u)),
+         "ConfigError", "look-alike or invisible", options=["red", "r\u0435d", "blue"]),
+    Chat("options alike but for a zero-width space", lambda u: _human(_text_part(),
+                                                                      _image_part(u)),
+         "ConfigError", "look-alike or invisible", options=["blue", "red", "r\u200bed"]),
 )  # fmt: skip
 
 
@@ -300,6 +317,13 @@ class Cli:
     match: str
     status: int = 2
 
+
+_DIGITS = "1" * 5_000
+"""An integer Python refuses to read (over 4,300 digits)."""
+_DEEP = "[" * 50_000 + "]" * 50_000
+"""JSON nested deeper than Python's parser goes."""
+_PLANNED = ("plan", "--small", "Qwen/Qwen3-VL-2B-Instruct", "--large", "Qwen/Qwen3-VL-8B-Instruct")
+"""``mai-graph plan`` of a shipped pair's configs (offline)."""
 
 CLI = (
     Cli("no question", ("run",), "question"),
@@ -335,4 +359,43 @@ CLI = (
     Cli("synth-data onto a file", ("synth-data", "{tmp}/notes.png"), "synth|folder|file"),
     Cli("eval of a missing dataset", ("eval", "--data", "{tmp}/none.jsonl", "--out", "{tmp}/out"),
         "none.jsonl"),
+    Cli("eval with a price of 1e308", ("eval", "--data", "{tmp}/none.jsonl", "--out", "{tmp}/o",
+                                       "--price", "small=1e308,1"), "--price small needs"),
+    Cli("eval with a price of inf", ("eval", "--report-only", "--out", "{tmp}/o",
+                                     "--price", "large=1,inf"), "from 0 to 1,000,000"),
+    Cli("eval with a price over the bound", ("eval", "--report-only", "--out", "{tmp}/o",
+                                             "--price", "large=5e6,1"), "--price large needs"),
+    Cli("doctor on the fake backend", ("doctor", "--backend", "fake"), "fake backend.*run"),
+    Cli("doctor --gpu-memory without vLLM engines",
+        ("doctor", "--backend", "transformers", "--gpu-memory", "24GiB"),
+        "--gpu-memory sizes the memory plan of in-process vLLM"),
+    Cli("plan --gpus without --gpu-memory", ("plan", "--gpus", "4"), "--gpus plans .*--gpu-memory"),
+    Cli("a run with look-alike options", ("run", "q?", "--option", "red", "--option", "ｒｅｄ"),
+        "look-alike"),
+    Cli("--options with a 5,000-digit integer", ("run", "q?", "--options", f"[{_DIGITS}]"),
+        "--options .*an integer of 5,000 digits, over the limit of 100"),
+    Cli("--options nested 50,000 deep", ("run", "q?", "--options", _DEEP),
+        "--options .*nests too deep"),
+    Cli("--set seed of 5,000 digits", ("run", "q?", "--set", f"seed={_DIGITS}"),
+        "--set seed .*an integer of 5,000 digits"),
+    Cli("--set nested 50,000 deep", ("run", "q?", "--set", f"keep_ratio={_DEEP}"),
+        "--set keep_ratio .*nests too deep"),
+    Cli("--engine max_model_len of 5,000 digits", ("run", "q?", "--backend", "vllm", "--small",
+                                                   "s", "--large", "l", "--engine",
+                                                   f"max_model_len={_DIGITS}"),
+        "--engine max_model_len .*5,000 digits"),
+    Cli("--small-engine nested 50,000 deep", ("run", "q?", "--backend", "vllm", "--small", "s",
+                                              "--large", "l", "--small-engine",
+                                              f"mm_processor_kwargs={_DEEP}"),
+        "--small-engine mm_processor_kwargs .*nests too deep"),
+    Cli("--engine kv_cache_gib=Infinity", (*_PLANNED, "--gpu-memory", "80GB", "--engine",
+                                           "kv_cache_gib=Infinity"),
+        "kv_cache_gib .*Infinity, which is not a number JSON has"),
+    Cli("--engine kv_cache_gib=1e300", (*_PLANNED, "--gpu-memory", "80GB", "--engine",
+                                        "kv_cache_gib=1e300"),
+        "kv_cache_gib must be a number of GiB > 0 and <= 1,048,576, got 1e\\+300"),
+    Cli("--gpu-memory of 400 digits", (*_PLANNED, "--gpu-memory", "9" * 400 + "GB"),
+        "--gpu-memory must be a size such as 80GiB"),
+    Cli("--gpu-memory of 1e400 GiB", (*_PLANNED, "--gpu-memory", "1" + "0" * 400),
+        "--gpu-memory must be a size such as 80GiB"),
 )  # fmt: skip

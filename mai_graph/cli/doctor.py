@@ -61,8 +61,34 @@ def _lineup(args: argparse.Namespace) -> Any:
     return lineup_from_args(args).checked()
 
 
+def _refuse_fake(lineup: Any) -> None:
+    """The doctor checks models; the fake backend has none (canned answers, no tokenizer)."""
+    from mai_graph.errors import ConfigError
+
+    sides = (("small", lineup.small), ("large", lineup.large))
+    kinds = [(side, spec.kind(lineup.backend) if spec is not None else lineup.backend)
+             for side, spec in sides]  # fmt: skip
+    fake = [side for side, kind in kinds if kind == "fake"]
+    if fake:
+        raise ConfigError(
+            f"doctor checks the models on this machine, and {' and '.join(fake)} "
+            f"{'is' if len(fake) == 1 else 'are'} the fake backend (canned answers, no model, "
+            "engine or tokenizer to check)",
+            parameter="--backend",
+            value="fake",
+            fix="check real models: --backend vllm (the default), transformers or openai with "
+            "--small/--large; try the graph without models with `mai-graph run --backend fake`",
+        )
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from mai_graph.engines.plan import Workload, host_device, plan_memory, probe_devices
+    from mai_graph.engines.plan import (
+        Workload,
+        capped_devices,
+        host_device,
+        plan_memory,
+        probe_devices,
+    )
     from mai_graph.errors import ConfigError
 
     for flag, value, low, high in (("--repeats", args.repeats, 1, 100),
@@ -74,10 +100,19 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             )
     checks = _Checks()
     lineup = _lineup(args)
+    _refuse_fake(lineup)
     members = [(label, spec.kind(lineup.backend)) for label, _, spec in lineup.members()]
     print("lineup: " + ", ".join(f"{label} {kind}" for label, kind in members), flush=True)
-
-    devices = probe_devices()
+    in_process = any(kind == "vllm" for _, kind in members)
+    if args.gpu_memory is not None and not in_process:
+        raise ConfigError(
+            "--gpu-memory sizes the memory plan of in-process vLLM engines, and this lineup "
+            "has none",
+            parameter="--gpu-memory",
+            value=args.gpu_memory,
+            fix="drop --gpu-memory, or check --backend vllm models",
+        )
+    devices = capped_devices(probe_devices(), args.gpu_memory)
     if devices:
         detail = "; ".join(
             f"cuda:{d.index} {d.name} {d.free_bytes / 2**30:.1f}/{d.total_bytes / 2**30:.1f} GiB "
@@ -86,9 +121,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         )
     else:
         detail = "no GPU: vLLM's CPU build (engines plan a fixed KV cache each)"
+    if args.gpu_memory is not None:
+        detail += f"; planned with at most {args.gpu_memory} free per card (--gpu-memory)"
     checks.add("device", True, detail)
 
-    in_process = any(kind == "vllm" for _, kind in members)
     if in_process:
         try:
             from mai_graph.backends.vllm import _compat

@@ -106,8 +106,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _evaluate(args, out)
     records = read_records(out)
     if not records.runs:
+        skipped = f" ({len(records.skipped)} skipped as bad rows)" if records.skipped else ""
         raise ConfigError(
-            f"no finished runs in {out}", parameter="--out", value=str(out), fix="run eval first"
+            f"no finished runs in {out}{skipped}",
+            parameter="--out",
+            value=str(out),
+            fix="fix the dataset's bad rows and run eval again" if skipped else "run eval first",
         )
     predictor = None
     if args.latency_model:
@@ -171,14 +175,19 @@ def _evaluate(args: argparse.Namespace, out: Path) -> None:
                 transfer_variants=_csv(args.transfer_variants, "--transfer-variants"),
                 progress=not args.no_progress,
                 data=str(dataset.path),
+                on_bad_row=args.on_bad_row,
+                bad_rows=dataset.problems,
             )
         finally:
             shutdown_backends(small, large)
 
     summary = asyncio.run(go())
+    for bad in summary.bad_rows:
+        print(f"skipped: {bad}", file=sys.stderr)
     print(
         f"{summary.done} runs done, {summary.skipped} already recorded, "
-        f"{len(dataset.problems)} bad rows skipped ({summary.elapsed_s:.1f} s)",
+        f"{len(dataset.problems)} bad rows skipped when read, {len(summary.bad_rows)} runs "
+        f"skipped as bad rows ({summary.elapsed_s:.1f} s)",
         file=sys.stderr,
     )
 
@@ -388,7 +397,11 @@ def register(sub: Any) -> None:
     ev.add_argument("--data", help="dataset file (JSONL, MMBench TSV, POPE or ChartQA JSON)")
     ev.add_argument("--format", default="auto", help="auto | jsonl | mmbench | pope | chartqa")
     ev.add_argument("--image-root", help="folder of relative image paths (default: the file's)")
-    ev.add_argument("--on-bad-row", default="skip", choices=["skip", "fail"])
+    ev.add_argument(
+        "--on-bad-row", default="skip", choices=["skip", "fail"],
+        help="a row that cannot be used (unreadable, an image that does not decode, found when "
+        "the dataset is read or during its run): skip it (listed, counted in the report) or fail",
+    )  # fmt: skip
     ev.add_argument("--limit", type=int, help="only the first N good samples")
     ev.add_argument(
         "--circular",

@@ -46,15 +46,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         probe_devices,
     )
 
-    ctx = context_from_args(args, keep_ratio=args.keep_ratio, cot_max_tokens=args.cot_max_tokens)
-    lineup = lineup_from_args(args).checked()
-    if args.gpus < 1 or args.gpus > 64:
+    if args.gpus is not None and not 1 <= args.gpus <= 64:
         raise ConfigError(
             f"--gpus must be in 1..64, got {args.gpus}", parameter="--gpus", value=args.gpus
         )
+    if args.gpus is not None and args.gpu_memory is None:
+        raise ConfigError(
+            "--gpus plans for that many cards of --gpu-memory SIZE, and no size is given "
+            "(without --gpu-memory the plan is for the GPUs this machine has)",
+            parameter="--gpus",
+            value=args.gpus,
+            fix=f"add --gpu-memory SIZE (e.g. --gpus {args.gpus} --gpu-memory 80GiB), or drop "
+            "--gpus",
+        )
+    ctx = context_from_args(args, keep_ratio=args.keep_ratio, cot_max_tokens=args.cot_max_tokens)
+    lineup = lineup_from_args(args).checked()
     if args.gpu_memory is not None:
         size = parse_size(args.gpu_memory)
-        devices = [Device("cuda", i, size, size, "", "given") for i in range(args.gpus)]
+        devices = [Device("cuda", i, size, size, "", "given") for i in range(args.gpus or 1)]
     else:
         devices = probe_devices() or [host_device()]
     for flag, value, low in (("--images", args.images, 0), ("--max-pixels", args.max_pixels, 1),
@@ -94,7 +103,7 @@ def register(sub: Any) -> None:
     )
     add_backend_flags(p, default="vllm")
     p.add_argument(
-        "--gpus", type=int, default=1, help="with --gpu-memory: plan for this many such cards"
+        "--gpus", type=int, help="with --gpu-memory: plan for this many such cards (default 1)"
     )
     p.add_argument("--images", type=int, help="images per question (default 1)")
     p.add_argument(

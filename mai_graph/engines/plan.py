@@ -39,7 +39,8 @@ from typing import Any
 
 from mai_graph.engines.shape import ModelShape, read_shape
 from mai_graph.engines.spec import LineupSpec, ModelSpec
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int, shown
+from mai_graph.jsonin import MAX_BYTES, parse_gib
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
@@ -99,7 +100,9 @@ DEFAULT_MAX_NUM_SEQS``, as above); written into the engine's options by the plan
 CPU_DEFAULT_MAX_MODEL_LEN = 4096
 """``VLLMBackend``'s default ``max_model_len`` (used as is on the CPU)."""
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB|TiB|TB|G|M|T)?\s*$", re.IGNORECASE)
+# At most 20 digits either side of the point: 1 PiB is 16 digits of bytes.
+_SIZE = re.compile(r"^\s*(\d{1,20}(?:\.\d{1,20})?)\s*(GiB|GB|MiB|MB|TiB|TB|G|M|T)?\s*$",
+                   re.IGNORECASE)  # fmt: skip
 _UNITS = {"gib": GiB, "gb": 10**9, "mib": 1 << 20, "mb": 10**6, "tib": 1 << 40, "tb": 10**12,
           "g": GiB, "m": 1 << 20, "t": 1 << 40, None: GiB}  # fmt: skip
 
@@ -122,14 +125,15 @@ def parse_size(raw: str | int | float, parameter: str = "--gpu-memory") -> int:
         match = _SIZE.match(str(raw))
         if not match:
             raise ConfigError(
-                f"{parameter} must be a size such as 80GiB or 24GB, got {raw!r}",
+                f"{parameter} must be a size such as 80GiB or 24GB, got {shown(raw)}",
                 parameter=parameter,
                 value=raw,
                 fix="give a number with GiB / GB / MiB (a bare number is GiB)",
             )
         number, unit = float(match.group(1)), match.group(2)
-    size = int(number * _UNITS[unit.lower() if unit else None])
-    if size <= 0 or size > 1 << 50:
+    scaled = number * _UNITS[unit.lower() if unit else None]
+    size = int(scaled) if math.isfinite(scaled) and scaled <= MAX_BYTES else MAX_BYTES + 1
+    if size <= 0 or size > MAX_BYTES:
         raise ConfigError(
             f"{parameter} must be a positive size below 1 PiB, got {raw!r}",
             parameter=parameter,
@@ -540,6 +544,42 @@ def _round_len(tokens: int, cap: int) -> int:
     return min(cap, max(256, math.ceil(tokens * 1.1 / 256) * 256))
 
 
+# Engine options the plan counts with, and their least sensible value. vLLM checks them too,
+# but only when its engine starts: a plan (a dry run, perhaps on a machine without vLLM) must
+# not read 0 as "unset" or count with a size no engine could run.
+_COUNTED = {"tensor_parallel_size": 1, "max_num_seqs": 1, "max_num_batched_tokens": 1,
+            "max_model_len": 1, "kv_cache_memory_bytes": 1}  # fmt: skip
+_MAX_COUNT = 1 << 40
+
+
+def _check_counted(engine: dict[str, Any], where: str) -> None:
+    """Refuse an engine option the plan counts with that is not a sensible whole number."""
+    for key, least in _COUNTED.items():
+        if engine.get(key) is not None:
+            check_int(engine[key], key, minimum=least, maximum=_MAX_COUNT, where=where,
+                      fix=f"give {key} as a whole number, or leave it to the plan")  # fmt: skip
+    ids = engine.get("device_ids")
+    if ids is not None:
+        ok = isinstance(ids, list | tuple) and bool(ids) and len(set(map(str, ids))) == len(ids)
+        if not ok or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in ids
+        ):
+            raise ConfigError(
+                f"{where}: device_ids must be a list of distinct card indices, got {ids!r}",
+                parameter="device_ids",
+                value=ids,
+                fix="e.g. device_ids=[0] (or leave it out: the first tensor_parallel_size cards)",
+            )
+        tp = engine.get("tensor_parallel_size") or 1
+        if len(ids) != tp:
+            raise ConfigError(
+                f"{where}: device_ids names {len(ids)} card(s) for tensor_parallel_size={tp}",
+                parameter="device_ids",
+                value=ids,
+                fix="name one card per tensor-parallel rank",
+            )
+
+
 def _engine_plan(
     label: str,
     spec: ModelSpec,
@@ -549,6 +589,8 @@ def _engine_plan(
     on_cpu: bool,
 ) -> EnginePlan:
     o = spec.engine
+    where = f"{label} ({spec.name or spec.model})"
+    _check_counted(o, where)
     tp = int(o.get("tensor_parallel_size") or 1)
     ids = o.get("device_ids")
     devices = tuple(int(i) for i in ids) if ids else tuple(range(tp))
@@ -558,6 +600,13 @@ def _engine_plan(
     max_pixels = workload.max_pixels or mm.get("max_pixels")
     if max_pixels is None and isinstance(mm.get("size"), dict):
         max_pixels = mm["size"].get("longest_edge")
+    if max_pixels is not None and shape.is_vision:
+        unit = (shape.patch_size * shape.merge_size) ** 2
+        given = "--max-pixels" if workload.max_pixels else "mm_processor_kwargs.max_pixels"
+        side = shape.patch_size * shape.merge_size
+        check_int(max_pixels, given, minimum=unit, maximum=_MAX_COUNT, where=where,
+                  fix=f"give at least {unit} pixels ({side}x{side}: one image token of this "
+                  "model)")  # fmt: skip
     image_tokens = shape.image_tokens(int(max_pixels) if max_pixels else None)
     run = (
         workload.reasoner_tokens(image_tokens)
@@ -706,8 +755,8 @@ def _plan_cpu(plan: MemoryPlan, members: list[tuple[str, ModelSpec]]) -> None:
     host = plan.devices[0]
     import os
 
-    env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-    default = float(env) if env.replace(".", "", 1).isdigit() and float(env) > 0 else 1.0
+    env = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    default = parse_gib(env, parameter="VLLM_CPU_KVCACHE_SPACE", default=1.0)
     for e in plan.engines:  # as VLLMBackend.kv_cache_bytes asks vLLM for it
         e.kv_pool = e.user_kv if e.user_kv is not None else int(default * GiB)
         if e.kv_pool < e.min_kv:
@@ -929,6 +978,27 @@ def online_fp8_method() -> str:
     return "fp8_per_tensor" if "fp8_per_tensor" in methods else "fp8"
 
 
+def capped_devices(devices: Sequence[Device], gpu_memory: str | None) -> list[Device]:
+    """``devices`` with at most ``gpu_memory`` free each (``--gpu-memory``); as is for None.
+
+    Raises:
+        ConfigError: ``gpu_memory`` is not a size, or there is no GPU to cap.
+    """
+    if gpu_memory is None:
+        return list(devices)
+    size = parse_size(gpu_memory)
+    if not devices:
+        raise ConfigError(
+            "--gpu-memory / MAI_GRAPH_GPU_MEMORY caps what the engines plan on a GPU, "
+            "and this machine has none",
+            parameter="--gpu-memory",
+            value=gpu_memory,
+            fix="drop it here, or dry-run a card with `mai-graph plan --gpu-memory SIZE`",
+        )
+    # Shares are of the card's total (as vLLM takes them); only the free part shrinks.
+    return [replace(d, free_bytes=min(d.free_bytes, size)) for d in devices]
+
+
 def plan_for_start(
     lineup: LineupSpec,
     *,
@@ -951,19 +1021,7 @@ def plan_for_start(
     if not members:
         return lineup
     if devices is None:
-        devices = probe_devices()
-        if gpu_memory is not None:
-            size = parse_size(gpu_memory)
-            if not devices:
-                raise ConfigError(
-                    "--gpu-memory / MAI_GRAPH_GPU_MEMORY caps what the engines plan on a GPU, "
-                    "and this machine has none",
-                    parameter="--gpu-memory",
-                    value=gpu_memory,
-                    fix="drop it here, or dry-run a card with `mai-graph plan --gpu-memory SIZE`",
-                )
-            # Shares are of the card's total (as vLLM takes them); only the free part shrinks.
-            devices = [replace(d, free_bytes=min(d.free_bytes, size)) for d in devices]
+        devices = capped_devices(probe_devices(), gpu_memory)
     workload = Workload.from_context(context)
     if not devices:  # vLLM's CPU build (or no GPU at all): check what can be read here
         from mai_graph.engines.shape import find_model_dir

@@ -268,15 +268,9 @@ def _number(env: Mapping[str, str], name: str, kind: type) -> Any:
     raw = env.get(name)
     if raw is None or not raw.strip():
         return None
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(
-            f"{name} must be a number, got {raw!r}",
-            parameter=name,
-            value=raw,
-            fix=f"set {name} to e.g. {'120' if kind is float else '2'}",
-        ) from None
+    from mai_graph.jsonin import parse_number
+
+    return parse_number(raw, parameter=name, integer=kind is int)
 
 
 def _list(env: Mapping[str, str], name: str) -> list[str]:
@@ -301,11 +295,13 @@ def lineup_from_env(env: Mapping[str, str] | None = None) -> Any:
     base = None
     if path is not None:
         try:
-            base = load_lineup(path)
+            base = load_lineup(path, flag="MAI_GRAPH_LINEUP")
         except ConfigError as exc:
-            raise ConfigError(
-                f"MAI_GRAPH_LINEUP: {exc}", parameter="MAI_GRAPH_LINEUP", value=path, fix=exc.fix
-            ) from None
+            message = exc.message
+            if not message.startswith("MAI_GRAPH_LINEUP"):
+                message = f"MAI_GRAPH_LINEUP: {message}"
+            raise ConfigError(message, parameter="MAI_GRAPH_LINEUP", value=path,
+                              fix=exc.fix) from None  # fmt: skip
     return lineup_spec(
         env.get("MAI_GRAPH_BACKEND") or (None if base is not None else "fake"),
         env.get("MAI_GRAPH_SMALL") or None,
@@ -383,10 +379,12 @@ def backends_from_env(
             plan=plan == "auto",
             gpu_memory=env.get("MAI_GRAPH_GPU_MEMORY") or None,
         )
-    except ConfigError as exc:
-        raise ConfigError(
-            f"MAI_GRAPH_BACKEND: {exc}", parameter=exc.parameter, value=exc.value, fix=exc.fix
-        ) from None
+    except ConfigError as exc:  # named by its variable (MAI_GRAPH_BACKEND unless it says)
+        message = exc.message
+        if not message.startswith("MAI_GRAPH_"):
+            message = f"MAI_GRAPH_BACKEND: {message}"
+        raise ConfigError(message, parameter=exc.parameter, value=exc.value,
+                          fix=exc.fix) from None  # fmt: skip
 
 
 def lineup_for(

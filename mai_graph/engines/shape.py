@@ -14,8 +14,8 @@ never downloads. The numbers feed the memory plan (:mod:`mai_graph.engines.plan`
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
 import struct
 from collections.abc import Mapping
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mai_graph.errors import ConfigError
+from mai_graph.errors import ConfigError, check_int, check_number, shown
+from mai_graph.files import open_regular, read_text
+from mai_graph.jsonin import parse_json
 
 __all__ = [
     "DTYPE_BYTES",
@@ -39,7 +41,8 @@ __all__ = [
 DTYPE_BYTES: Mapping[str, float] = {
     "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
     "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1,
-    "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1, "F64": 8,
+    "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1, "F64": 8, "I16": 2,
+    "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1,
     "fp8_per_token_head": 1, "int8_per_token_head": 1, "int4_per_token_head": 0.5,
     "nvfp4": 0.5, "nvfp4_4over6": 0.5,
 }  # fmt: skip
@@ -240,7 +243,7 @@ def find_model_dir(model: str, *, bundled: bool = True) -> Path | None:
 
 def _local_model_dir(model: str) -> Path | None:
     path = Path(model).expanduser()
-    if (path / "config.json").is_file():
+    if (path / "config.json").exists():  # a pipe or device there is refused when it is read
         return path
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
         return None
@@ -294,41 +297,98 @@ def fetch_config(model: str) -> Path | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file (``config.json``, ...), through the bounded reader.
+
+    ``NaN`` and ``Infinity`` (which transformers writes for some float fields) are read; the
+    fields the plan uses are range-checked by :func:`shape_from_config`.
+    """
+    fix = "point the model at a checkpoint folder with a valid config.json"
+    where = f"{path.name} of {path.parent}"
+    text = read_text(path, flag="model", what=path.name)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read {path.name} of {path.parent}: {exc}",
-            parameter="model",
-            value=str(path.parent),
-            fix="point the model at a checkpoint folder with a valid config.json",
-        ) from None
+        data = parse_json(text, parameter="model", what=where, fix=fix, constants=True)
+    except ConfigError as exc:
+        raise ConfigError(f"cannot read {exc.message}", parameter="model",
+                          value=str(path.parent), fix=exc.fix) from None  # fmt: skip
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is not a JSON object", parameter="model", value=str(path.parent))
     return data
 
 
-def safetensors_header(file: Path) -> dict[str, Any] | None:
+MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
+"""Largest safetensors header read (the format's own limit, as the ``safetensors`` library
+enforces it); a header is also never longer than its file."""
+
+_MAX_DIMENSION = 1 << 40
+"""Largest size, count or dimension accepted from a checkpoint's files."""
+
+
+def _header_error(file: Path, problem: str) -> ConfigError:
+    return ConfigError(
+        f"{file.name} of {file.parent} is not a readable safetensors file: {problem}",
+        parameter="model",
+        value=str(file),
+        fix="point the model at a checkpoint folder whose *.safetensors files are whole "
+        "(re-download them)",
+    )
+
+
+def safetensors_header(file: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file (tensor names, dtypes, shapes), without its data.
 
-    ``None`` when the file is unreadable or not safetensors.
+    The file is opened through :func:`~mai_graph.files.open_regular` (a pipe or device named
+    ``*.safetensors`` is refused unread); the header's 8-byte length is bounded by
+    :data:`MAX_SAFETENSORS_HEADER_BYTES` and by the file's size before it is read.
+
+    Raises:
+        ConfigError: Not a regular file, a length past the file or the cap, or a header that
+            is not a JSON object within :mod:`mai_graph.jsonin`'s limits.
     """
+    with open_regular(file, flag="model", what=f"safetensors file {file.name}") as f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise _header_error(file, f"{size} bytes, shorter than the 8-byte header length")
+        (length,) = struct.unpack("<Q", raw)
+        if length > min(MAX_SAFETENSORS_HEADER_BYTES, size - 8):
+            raise _header_error(
+                file, f"its header length {length:,} is past the file's {size:,} bytes or the "
+                f"{MAX_SAFETENSORS_HEADER_BYTES:,}-byte cap",
+            )  # fmt: skip
+        data = f.read(length)
     try:
-        with file.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            if length > 100_000_000:
-                return None
-            header = json.loads(f.read(length))
-    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return header if isinstance(header, dict) else None
+        header = parse_json(data, parameter="model", what="its header")
+    except ConfigError as exc:
+        raise _header_error(file, exc.message) from None
+    if not isinstance(header, dict):
+        raise _header_error(file, "its header is not a JSON object")
+    return header
+
+
+def _tensor_bytes(file: Path, name: str, tensor: Any) -> int:
+    shape = tensor.get("shape") if isinstance(tensor, dict) else None
+    dtype = tensor.get("dtype", "BF16") if isinstance(tensor, dict) else None
+    if (
+        not isinstance(shape, list)
+        or not isinstance(dtype, str)
+        or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= _MAX_DIMENSION
+            for d in shape
+        )  # fmt: skip
+    ):
+        raise _header_error(
+            file, f"tensor {name[:80]!r} has no dtype and shape of whole sizes "
+            f"(0 to {_MAX_DIMENSION:,}): {shown(tensor)}",
+        )  # fmt: skip
+    return int(math.prod(shape) * DTYPE_BYTES.get(dtype, 2))
 
 
 def _safetensors_bytes(folder: Path) -> tuple[int | None, str]:
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        total = _read_json(index).get("metadata", {}).get("total_size")
-        if isinstance(total, int) and total > 0:
+    if index.exists():
+        metadata = _read_json(index).get("metadata")
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= _MAX_DIMENSION:
             return total, "safetensors index"
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -336,13 +396,14 @@ def _safetensors_bytes(folder: Path) -> tuple[int | None, str]:
     total = 0
     for file in files:
         header = safetensors_header(file)
-        if header is None:
-            return None, "config"
-        for key, tensor in header.items():
-            if key == "__metadata__" or not isinstance(tensor, dict):
-                continue
-            count = math.prod(tensor.get("shape", []))
-            total += int(count * DTYPE_BYTES.get(tensor.get("dtype", "BF16"), 2))
+        weights = sum(_tensor_bytes(file, key, tensor) for key, tensor in header.items()
+                      if key != "__metadata__")  # fmt: skip
+        if weights > file.stat().st_size:
+            raise _header_error(
+                file, f"its header declares {weights:,} bytes of tensors, more than the "
+                f"file's {file.stat().st_size:,}",
+            )  # fmt: skip
+        total += weights
     return total, "safetensors headers"
 
 
@@ -401,6 +462,66 @@ def _vision_parameters(vc: Mapping[str, Any], model_type: str) -> int:
     return patch + depth * block + merger
 
 
+_TEXT_SIZES = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "max_position_embeddings",
+)
+_VISION_SIZES = (
+    "hidden_size",
+    "embed_dim",
+    "intermediate_size",
+    "depth",
+    "patch_size",
+    "temporal_patch_size",
+    "spatial_merge_size",
+    "out_hidden_size",
+    "in_channels",
+    "in_chans",
+)
+_PROCESSOR_SIZES = ("max_pixels", "min_pixels", "patch_size", "merge_size", "longest_edge",
+                    "shortest_edge")  # fmt: skip
+
+
+def _check_sizes(config: Mapping[str, Any], preprocessor: Mapping[str, Any] | None) -> None:
+    """Refuse a size the plan reads that is not a whole number from 1 to 2^40.
+
+    Zero heads would divide by zero, NaN, ``Infinity`` and 1e300 would make the plan's
+    arithmetic fail or lie. Fields the plan does not read are not checked.
+    """
+    fix = "check the checkpoint's config files (re-download them)"
+    text = config.get("text_config") or config
+    vision = config.get("vision_config") or {}
+    sections: list[tuple[str, Any, tuple[str, ...]]] = [
+        ("text_config" if text is not config else "config.json", text, _TEXT_SIZES),
+        ("vision_config", vision, _VISION_SIZES),
+    ]
+    if preprocessor:
+        sections += [
+            ("preprocessor", preprocessor, _PROCESSOR_SIZES),
+            ("preprocessor size", preprocessor.get("size") or {}, _PROCESSOR_SIZES),
+        ]
+    for where, section, keys in sections:
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{where} must be an object, got {shown(section)}",
+                              parameter=where, fix=fix)  # fmt: skip
+        for key in keys:
+            if section.get(key) is not None:
+                check_int(section[key], key, minimum=1, maximum=_MAX_DIMENSION, where=where,
+                          fix=fix)  # fmt: skip
+    if vision.get("num_position_embeddings") is not None:
+        check_int(vision["num_position_embeddings"], "num_position_embeddings", minimum=0,
+                  maximum=_MAX_DIMENSION, where="vision_config", fix=fix)  # fmt: skip
+    if vision.get("mlp_ratio") is not None:
+        check_number(vision["mlp_ratio"], "mlp_ratio", above=0, maximum=1024,
+                     where="vision_config", fix=fix)  # fmt: skip
+
+
 def shape_from_config(
     config: Mapping[str, Any],
     preprocessor: Mapping[str, Any] | None = None,
@@ -413,6 +534,7 @@ def shape_from_config(
     Handles vision-language configs with a ``text_config`` (Qwen3-VL, Qwen2.5-VL) and flat
     ones (Qwen2-VL, text models).
     """
+    _check_sizes(config, preprocessor)
     model_type = str(config.get("model_type", ""))
     text = config.get("text_config") or config
     try:
@@ -502,10 +624,15 @@ def read_shape(model: str, *, fetch: bool = False) -> ModelShape:
         )
     config = _read_json(folder / "config.json")
     preprocessor = None
-    if (folder / "preprocessor_config.json").is_file():
+    if (folder / "preprocessor_config.json").exists():
         preprocessor = _read_json(folder / "preprocessor_config.json")
-    elif (folder / "processor_config.json").is_file():  # transformers 5 saves it nested
+    elif (folder / "processor_config.json").exists():  # transformers 5 saves it nested
         nested = _read_json(folder / "processor_config.json").get("image_processor")
         preprocessor = nested if isinstance(nested, dict) else None
     weight_bytes, source = _safetensors_bytes(folder)
-    return shape_from_config(config, preprocessor, weight_bytes=weight_bytes, weight_source=source)
+    try:
+        return shape_from_config(config, preprocessor, weight_bytes=weight_bytes,
+                                 weight_source=source)  # fmt: skip
+    except ConfigError as exc:  # name the folder
+        raise ConfigError(f"{folder}: {exc.message}", parameter=exc.parameter,
+                          value=exc.value, fix=exc.fix) from None  # fmt: skip

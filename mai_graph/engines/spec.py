@@ -32,7 +32,7 @@ its engine options (they may also be grouped under ``engine``).
 from __future__ import annotations
 
 import difflib
-import json
+import math
 import os
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,7 +41,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mai_graph.errors import ConfigError, check_int
+from mai_graph.errors import ConfigError, check_int, check_number
+from mai_graph.files import read_text
+from mai_graph.jsonin import MAX_BYTES, check_limits, json_or_text, parse_json
 
 __all__ = [
     "KINDS",
@@ -167,8 +169,16 @@ def _unknown(key: str, valid: Sequence[str], where: str, common: Sequence[str]) 
 
 
 def _check_vllm_options(options: dict[str, Any], where: str) -> dict[str, Any]:
-    if not options:
-        return {}
+    if "model" in options:
+        raise ConfigError(
+            f"{where}: the model is the spec's model, not an engine option",
+            parameter="model",
+            fix="set `model = ...` beside the engine options",
+        )
+    own = {key: _check_own(key, value, where) for key, value in options.items()
+           if key in VLLM_OWN_OPTIONS}  # fmt: skip
+    if len(own) == len(options):  # nothing for vLLM to check (and no need to import it)
+        return own
     try:
         from mai_graph.backends.vllm import _compat
 
@@ -177,14 +187,8 @@ def _check_vllm_options(options: dict[str, Any], where: str) -> dict[str, Any]:
         names = None
     out: dict[str, Any] = {}
     for key, value in options.items():
-        if key == "model":
-            raise ConfigError(
-                f"{where}: the model is the spec's model, not an engine option",
-                parameter="model",
-                fix="set `model = ...` beside the engine options",
-            )
-        if key in VLLM_OWN_OPTIONS:
-            out[key] = _check_own(key, value, where)
+        if key in own:
+            out[key] = own[key]
             continue
         if names is not None and key not in names:
             raise _unknown(key, sorted(names | set(VLLM_OWN_OPTIONS)), where, VLLM_COMMON)
@@ -194,14 +198,8 @@ def _check_vllm_options(options: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _check_own(key: str, value: Any, where: str) -> Any:
     if key == "kv_cache_gib":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigError(
-                f"{where}: kv_cache_gib must be a number of GiB > 0, got {value!r}",
-                parameter=key,
-                value=value,
-                fix="e.g. kv_cache_gib=2",
-            )
-        return value
+        return check_number(value, key, unit="GiB", above=0, maximum=MAX_BYTES >> 30,
+                            where=where, fix="e.g. kv_cache_gib=2")  # fmt: skip
     return check_int(
         value,
         key,
@@ -408,7 +406,7 @@ class LineupSpec(BaseModel):
     """More drafters beside ``small`` (each answers short, see ``draft_quorum``)."""
     larger: list[ModelSpec] = Field(default_factory=list, max_length=8)
     """A chain's further models after ``large``, smallest first."""
-    request_timeout_s: float | None = Field(default=None, gt=0)
+    request_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Remote models: longest a request may take."""
     request_retries: int | None = Field(default=None, ge=0, le=20)
     """Remote models: retries of a request that failed before its stream started."""
@@ -535,13 +533,6 @@ class LineupSpec(BaseModel):
         )
 
 
-def _parse_value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
 def engine_options_from_items(items: Sequence[str], flag: str) -> dict[str, Any]:
     """``KEY=VALUE`` items (CLI flags) as options; values are JSON where they parse.
 
@@ -560,7 +551,7 @@ def engine_options_from_items(items: Sequence[str], flag: str) -> dict[str, Any]
                 value=item,
                 fix=f"e.g. {flag} max_model_len=8192 (repeat the flag for more)",
             )
-        out[key] = _parse_value(raw.strip())
+        out[key] = json_or_text(raw.strip(), parameter=f"{flag} {key}")
     return out
 
 
@@ -572,10 +563,11 @@ def engine_options_from_json(raw: str | None, name: str) -> dict[str, Any]:
     """
     if raw is None or not raw.strip():
         return {}
+    example = f"""e.g. {name}='{{"max_model_len": 8192, "dtype": "bfloat16"}}'"""
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        value, problem = None, exc.msg
+        value = parse_json(raw, parameter=name, what="it", fix=example)
+    except ConfigError as exc:
+        value, problem = None, exc.message
     else:
         problem = "not an object"
     if not isinstance(value, dict):
@@ -583,41 +575,50 @@ def engine_options_from_json(raw: str | None, name: str) -> dict[str, Any]:
             f"{name} must be a JSON object of engine options ({problem}), got {raw[:200]!r}",
             parameter=name,
             value=raw[:200],
-            fix=f"""e.g. {name}='{{"max_model_len": 8192, "dtype": "bfloat16"}}'""",
+            fix=example,
         )
     return {_normalize_key(str(k)): v for k, v in value.items()}
 
 
-def load_lineup(path: str | Path) -> LineupSpec:
+def load_lineup(path: str | Path, *, flag: str = "--lineup") -> LineupSpec:
     """Read a lineup file: TOML (``.toml``) or JSON; see the module docstring for its shape.
+
+    Args:
+        path: The file (read through :func:`~mai_graph.files.read_text`: a regular file of
+            at most :data:`~mai_graph.files.MAX_READ_BYTES`).
+        flag: How errors name where the path came from (``--lineup``, ``MAI_GRAPH_LINEUP``).
 
     Raises:
         ConfigError: The file cannot be read, does not parse, or declares something invalid
             (unknown keys, bad values, unknown engine options); the message names the file.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the lineup file {str(path)!r}: {exc.__class__.__name__}: {exc}",
-            parameter="--lineup",
-            value=str(path),
-            fix="give a readable TOML or JSON file (see docs/engines.md, lineup files)",
-        ) from None
+    what = f"the lineup file {str(path)!r}"
+    fix = "TOML for .toml files, JSON otherwise (see docs/engines.md, lineup files)"
+    text = read_text(path, flag=flag, what="lineup file")
     try:
         if path.suffix.lower() == ".toml":
-            data: Any = tomllib.loads(text)
+            data: Any = tomllib.loads(text, parse_float=_toml_float)
+            check_limits(data, parameter="--lineup", what="it")
         else:
-            data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(
-            f"the lineup file {str(path)!r} does not parse: {exc}",
-            parameter="--lineup",
-            value=str(path),
-            fix="TOML for .toml files, JSON otherwise",
-        ) from None
-    return lineup_from_data(data, str(path))
+            data = parse_json(text, parameter="--lineup", what="it")
+    except ConfigError as exc:
+        problem = exc.message
+    except RecursionError:
+        problem = "it nests too deep to read"
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an int Python refuses
+        problem = str(exc)[:300]
+    else:
+        return lineup_from_data(data, str(path))
+    raise ConfigError(f"{what} does not parse: {problem}", parameter=flag, value=str(path),
+                      fix=fix)  # fmt: skip
+
+
+def _toml_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number (nan and inf are refused)")
+    return value
 
 
 def lineup_from_data(data: Any, where: str) -> LineupSpec:

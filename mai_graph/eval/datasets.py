@@ -342,7 +342,7 @@ def _first_record(file: Path) -> dict[str, Any] | None:
         for line in fh:
             if line.strip():
                 try:
-                    obj = parse_json(line, parameter="data", what="line")
+                    obj = parse_json(line, parameter="data", what="line", constants=True)
                 except ConfigError:
                     return None
                 return obj if isinstance(obj, dict) else None
@@ -610,7 +610,8 @@ def _json_lines(file: Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield number, parse_json(line, parameter="data", what="the row")
+                # NaN / Infinity reach the row's checks, which name the field
+                yield number, parse_json(line, parameter="data", what="the row", constants=True)
             except ConfigError as exc:
                 yield number, _BadRow(exc.message)
 
@@ -620,7 +621,7 @@ def _json_records(file: Path) -> Iterator[tuple[int, Any]]:
         yield from _json_lines(file)
         return
     try:
-        data = parse_json(file.read_bytes(), parameter="data", what=str(file))
+        data = parse_json(file.read_bytes(), parameter="data", what=str(file), constants=True)
     except ConfigError as exc:
         raise ConfigError(exc.message, parameter="data", value=str(file), fix=exc.fix) from None
     yield from enumerate(data, start=1)

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from mai_graph.errors import ConfigError, check_int
+from mai_graph.jsonin import parse_json
 
 __all__ = [
     "COLOURS",
@@ -236,10 +237,10 @@ def synthetic_folder(folder: Path) -> bool:
         with data.open(encoding="utf-8", errors="replace") as fh:
             first = fh.readline()
         try:
-            row = json.loads(first) if first.strip() else {}
-        except ValueError:
+            row = parse_json(first, parameter="data", what="line 1") if first.strip() else {}
+        except ConfigError:
             return False
-        if row and not str(row.get("id", "")).startswith("syn-"):
+        if not isinstance(row, dict) or row and not str(row.get("id", "")).startswith("syn-"):
             return False
     images = folder / "images"
     return not images.exists() or (

@@ -374,16 +374,26 @@ class LatencyModel(_Model):
         Raises:
             ConfigError: Missing file, not JSON, or not a latency model.
         """
+        from mai_graph.files import read_text
+        from mai_graph.jsonin import parse_json
+
         file = Path(path).expanduser()
+        fix = "write one with `mai-graph profile --out FILE`"
+        if not file.exists() and not file.is_symlink():
+            raise ConfigError(f"latency model not found: {file}", parameter="latency_model",
+                              value=str(file), fix=fix)  # fmt: skip
+        text = read_text(file, flag="latency_model", what="latency model")
         try:
-            return cls.model_validate_json(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            data = parse_json(text, parameter="latency_model", what=f"{file}", fix=fix)
+        except ConfigError as exc:
             raise ConfigError(
-                f"latency model not found: {file}",
+                f"{file} is not a latency model ({exc.message})",
                 parameter="latency_model",
                 value=str(file),
-                fix="write one with `mai-graph profile --out FILE`",
+                fix=fix,
             ) from None
+        try:
+            return cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "file"
@@ -573,6 +583,12 @@ def _check_rate(value: float, name: str) -> None:
 
 # -- what-if -----------------------------------------------------------------------------------
 
+MIN_SPEED = 1e-3
+"""Slowest what-if speed, tokens/s (its inverse, seconds per token, must stay finite)."""
+
+MAX_WHAT_IF = 1e9
+"""Largest what-if speed (tokens/s) or fixed time per call (ms)."""
+
 _WHAT_IF_KEYS = {
     "small": "small model decode speed, tokens/s",
     "large": "large model decode speed, tokens/s",
@@ -622,12 +638,17 @@ def _check_what_if_keys(values: Mapping[str, float]) -> None:
             fix="; ".join(f"{k}: {v}" for k, v in _WHAT_IF_KEYS.items()),
         )
     for key, value in values.items():
-        bad = value < 0 or (key in ("small", "large") and value <= 0)
-        if key == "overlap" and value > 2:
-            bad = True
-        if bad:
+        if key == "overlap":
+            low, high = 0.0, 2.0
+        elif key.endswith("_call_ms"):
+            low, high = 0.0, MAX_WHAT_IF
+        else:  # a speed: its inverse is a time, so not below MIN_SPEED (prefill 0: unmodelled)
+            low, high = (0.0 if key.endswith("_prefill") and value == 0 else MIN_SPEED), MAX_WHAT_IF
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if bad or not (math.isfinite(value) and low <= value <= high):
             raise ConfigError(
-                f"what-if {key} must be {'in [0, 2]' if key == 'overlap' else 'positive'}, "
+                f"what-if {key} must be "
+                f"{'in [0, 2]' if key == 'overlap' else f'positive, {low:g} to {high:g}'}, "
                 f"got {value}",
                 parameter="--what-if",
                 value=value,

@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -87,16 +86,20 @@ def read_manifest(root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Raises:
         ConfigError: The folder holds no manifest (not a trained pair).
     """
+    from mai_graph.files import read_text
+    from mai_graph.jsonin import parse_json
+
     path = pair_root(root) / "manifest.json"
-    try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"no trained pair at {path.parent} (manifest.json missing)",
-            parameter="root",
-            value=str(path.parent),
-            fix="train one with `mai-graph train-pair DIR`, or use the shipped pair",
-        ) from None
+    fix = "train one with `mai-graph train-pair DIR`, or use the shipped pair"
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"no trained pair at {path.parent} (manifest.json missing)",
+                          parameter="root", value=str(path.parent), fix=fix)  # fmt: skip
+    data = parse_json(read_text(path, flag="root", what="pair manifest"), parameter="root",
+                      what=f"the pair manifest {path}", fix=fix)  # fmt: skip
+    if not isinstance(data, dict):
+        raise ConfigError(f"the pair manifest {path} is not a JSON object", parameter="root",
+                          value=str(path), fix=fix)  # fmt: skip
+    return data
 
 
 def _sha256(path: Path) -> str:

@@ -308,6 +308,22 @@ def count_parameters(path: str | os.PathLike[str]) -> int:
     return total
 
 
+def _stamp(folder: Path) -> Any:
+    """The fingerprint in a built model's ``mai-tiny.json`` (None: absent or not ours)."""
+    from mai_graph.files import read_text
+    from mai_graph.jsonin import parse_json
+
+    file = folder / "mai-tiny.json"
+    if not file.exists():
+        return None
+    text = read_text(file, flag="DIR", what="tiny model stamp")  # a pipe there is refused
+    try:
+        data = parse_json(text, parameter="DIR", what=str(file))
+    except ConfigError:
+        return None
+    return data.get("fingerprint") if isinstance(data, dict) else None
+
+
 def tiny_folder(folder: Path) -> bool:
     """Whether a folder holds a tiny pair :func:`build_tiny_pair` wrote (it may rebuild it)."""
     return any((folder / role / "mai-tiny.json").is_file() for role in ("small", "large"))
@@ -356,10 +372,8 @@ def build_tiny_pair(
         output_folder(root, flag="root", what="tiny pair", owns=tiny_folder)
     small_dir, large_dir = tiny_pair_paths(root)
     stamp = _fingerprint(seed, vocab, template)
-    if not force and all((d / "mai-tiny.json").exists() for d in (small_dir, large_dir)):
-        if all(json.loads((d / "mai-tiny.json").read_text())["fingerprint"] == stamp
-               for d in (small_dir, large_dir)):  # fmt: skip
-            return small_dir, large_dir
+    if not force and all(_stamp(d) == stamp for d in (small_dir, large_dir)):
+        return small_dir, large_dir
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -261,6 +261,21 @@ def test_doctor_refuses_a_lineup_that_cannot_fit_before_starting_engines(gpu, ca
     assert "start small" not in out
 
 
+def test_doctor_plans_with_the_gpu_memory_it_is_given(gpu, capsys, monkeypatch):
+    from mai_graph.cli import doctor
+
+    async def no_engines(*args, **kwargs):
+        raise AssertionError("the plan should have refused before any engine started")
+
+    monkeypatch.setattr(doctor, "_run_engines", no_engines)
+    gpu("80GB")  # fits there; --gpu-memory caps the card, as run and serve do
+    code = main(["doctor", "--small", S, "--large", L, "--gpu-memory", "8GiB"])
+    out = capsys.readouterr().out
+    assert code == 1, out[-800:]
+    assert "planned with at most 8GiB free per card" in out
+    assert "memory plan" in out and "FAIL" in out and "start small" not in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "0"], "--repeats must be in 1..100"),
     (["--cot-tokens", "0"], "--cot-tokens must be in 1..8192"),

@@ -250,9 +250,9 @@ def test_bad_settings_through_the_endpoint(case, endpoint, good_image):
 # -- the endpoint's wire, the chat model's messages, the command line ----------------------
 
 
-# A length declared apart from the body travels over a bare socket: that case serves the same
-# app under uvicorn too (a real server, loopback).
-WIRE = [pytest.param(c, marks=pytest.mark.server) if c.declared is not None else c
+# A length declared apart from the body travels over a bare socket, and the transport's limits
+# exist only in a real server: those cases serve the same app under uvicorn too (loopback).
+WIRE = [pytest.param(c, marks=pytest.mark.server) if c.declared is not None or c.served else c
         for c in hostile.WIRE]  # fmt: skip
 
 
@@ -264,6 +264,11 @@ def test_hostile_requests_to_the_endpoint(case, endpoint, good_image):
     if case.declared is not None:
         with serving_app(served.app) as url:
             resp = post_declared(url, case.body, case.declared)
+    elif case.served:
+        head = {"Authorization": f"Bearer {key}"} if key else {}
+        with serving_app(served.app) as url, httpx.Client(timeout=30) as http:
+            resp = http.post(f"{url}/v1/chat/completions", json=case.body,
+                             headers={**head, **case.headers})  # fmt: skip
     else:
         resp = post(served, case.body, case.headers, key=key)
     refused(resp, case.status, case.match, case.param)

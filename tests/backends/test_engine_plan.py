@@ -373,3 +373,38 @@ def test_published_models_plan_offline_from_the_shipped_configs(monkeypatch, tmp
     plan = plan_memory(lineup, card("80GB"))
     assert plan.fits and plan.engines[1].parameters == read_shape(str(DATA / "8B")).parameters
     assert plan_for_start(lineup, devices=card("80GB")).small.engine["gpu_memory_utilization"]
+
+
+@pytest.mark.parametrize(
+    "options, parameter, message",
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs", "max_num_seqs must be an integer from 1"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size", "tensor_parallel_size must be"),
+        ({"max_num_batched_tokens": -1}, "max_num_batched_tokens", "from 1"),
+        ({"max_model_len": 2.5}, "max_model_len", "got 2.5"),
+        ({"device_ids": [0, 0]}, "device_ids", "distinct card indices"),
+        ({"device_ids": [0], "tensor_parallel_size": 2}, "device_ids", "1 card"),
+        ({"mm_processor_kwargs": {"max_pixels": 10}}, "mm_processor_kwargs.max_pixels",
+         "at least 1024 pixels"),
+    ],
+)  # fmt: skip
+def test_nonsense_engine_options_are_refused_not_planned_as_fitting(options, parameter, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        plan_memory(pair("2B", "8B", options), card("80GB"))
+    assert err.value.parameter == parameter and err.value.fix
+    with pytest.raises(ConfigError, match="--max-pixels") as err:
+        plan_memory(pair("2B", "8B"), card("80GB"), Workload(max_pixels=1))
+
+
+def test_the_plan_command_refuses_nonsense_and_flags_it_would_ignore(capsys):
+    from mai_graph.cli import EXIT_USAGE, main
+
+    models = ["--small", str(DATA / "2B"), "--large", str(DATA / "8B"), "--gpu-memory", "80GB"]
+    assert main(["plan", *models, "--max-pixels", "1"]) == EXIT_USAGE
+    assert "--max-pixels must be an integer from 1024" in capsys.readouterr().err
+    assert main(["plan", *models, "--engine", "max_num_seqs=0"]) == EXIT_USAGE
+    assert "max_num_seqs must be" in capsys.readouterr().err
+    assert main(["plan", *models[:4], "--gpus", "2"]) == EXIT_USAGE
+    assert "--gpus plans for that many cards of --gpu-memory" in capsys.readouterr().err
+    assert main(["plan", *models, "--gpus", "2"]) == 0
+    assert "cuda:1" in capsys.readouterr().out

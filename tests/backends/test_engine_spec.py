@@ -170,12 +170,12 @@ def test_bad_lineup_files_name_the_file_and_the_problem(tmp_path, text, suffix, 
 
 
 def test_unreadable_lineup_paths(tmp_path):
-    for path in (tmp_path / "missing.toml", tmp_path):
-        with pytest.raises(ConfigError, match="cannot read the lineup file"):
+    for path, problem in ((tmp_path / "missing.toml", "not found"), (tmp_path, "is a folder")):
+        with pytest.raises(ConfigError, match=f"--lineup: lineup file {problem}"):
             load_lineup(path)
     binary = tmp_path / "x.toml"
     binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(ConfigError, match="cannot read the lineup file"):
+    with pytest.raises(ConfigError, match="--lineup: lineup file is not UTF-8"):
         load_lineup(binary)
 
 
@@ -220,7 +220,7 @@ def test_environment_engine_options_and_lineup_file(tmp_path):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"MAI_GRAPH_LINEUP": "/nonexistent/lineup.toml"}, "MAI_GRAPH_LINEUP: cannot read"),
+    ({"MAI_GRAPH_LINEUP": "/nonexistent/lineup.toml"}, "MAI_GRAPH_LINEUP: lineup file not found"),
     ({"MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": "s", "MAI_GRAPH_LARGE": "l",
       "MAI_GRAPH_SMALL_ENGINE": '{"max_model_lenn": 1}'}, "unknown engine option"),
     ({"MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": "s", "MAI_GRAPH_LARGE": "l",

@@ -249,16 +249,9 @@ def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[s
     ['k1', 'k2']
     """
     if key_file:
-        try:
-            with open(key_file, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the API key file {key_file}: {exc.strerror}",
-                parameter="--api-key-file",
-                value=key_file,
-                fix="give a readable file with one key a line",
-            ) from None
+        from mai_graph.files import read_text  # a regular file, bounded (no pipe, no /dev/zero)
+
+        lines = read_text(key_file, flag="--api-key-file", what="API key file").splitlines()
         keys = [line.strip() for line in lines if line.strip()]
         if not keys:
             raise ConfigError(

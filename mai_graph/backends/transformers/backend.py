@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -33,6 +34,15 @@ __all__ = ["DEFAULT_MAX_MODEL_LEN", "TransformersBackend"]
 DEFAULT_MAX_MODEL_LEN = 32_768
 """The longest context a transformers backend serves unless told otherwise (a model's native
 context, e.g. Qwen3-VL's 262,144 tokens, would let one prompt take the machine's memory)."""
+
+THREADS_PER_CPU = 4
+"""``threads`` may be at most this many per CPU of the machine (more only oversubscribe it;
+a million would exhaust the process's threads)."""
+
+
+def max_threads() -> int:
+    """The most torch threads a backend may ask for here (:data:`THREADS_PER_CPU` per CPU)."""
+    return THREADS_PER_CPU * (os.cpu_count() or 1)
 
 
 class TransformersBackend:
@@ -83,6 +93,10 @@ class TransformersBackend:
                 minimum=2,
                 fix="give the context length in tokens, e.g. max_model_len=8192",
             )
+        if threads is not None:
+            check_int(threads, "threads", minimum=1, maximum=max_threads(),
+                      fix=f"give at most {THREADS_PER_CPU} per CPU (this machine has "
+                      f"{os.cpu_count() or 1}), or leave torch's default")  # fmt: skip
         self._max_model_len = max_model_len
         self._caches = KVCacheStore(cache_entries)
         self._source = model

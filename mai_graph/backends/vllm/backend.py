@@ -44,8 +44,9 @@ from mai_graph.backends.vllm.teardown import (
 from mai_graph.backends.vllm.translate import MAX_LOGPROB_TOKEN_IDS as MAX_LOGPROB_TOKEN_IDS
 from mai_graph.backends.vllm.translate import Translator
 from mai_graph.backends.vllm.translate import stage_times as stage_times
-from mai_graph.errors import BackendError, ConfigError, check_int
+from mai_graph.errors import BackendError, ConfigError, check_int, check_number
 from mai_graph.inputs.limits import check_mm_limits
+from mai_graph.jsonin import MAX_BYTES
 from mai_graph.loop import BackgroundLoop, on_caller_loop, shared_loop
 
 if TYPE_CHECKING:
@@ -134,6 +135,9 @@ class VLLMBackend:
                 value=gpu_memory_utilization,
                 fix="give each engine a share, e.g. 0.25 for the small and 0.6 for the large",
             )
+        if kv_cache_gib is not None:
+            check_number(kv_cache_gib, "kv_cache_gib", unit="GiB", above=0,
+                         maximum=MAX_BYTES >> 30, fix="e.g. kv_cache_gib=2")  # fmt: skip
         check_int(
             max_restarts,
             "max_restarts",

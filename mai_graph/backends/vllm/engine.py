@@ -32,6 +32,7 @@ from mai_graph.backends.vllm.teardown import (
     stop_engine,
 )
 from mai_graph.errors import BackendError, ConfigError
+from mai_graph.jsonin import parse_gib
 from mai_graph.loop import BackgroundLoop
 
 if TYPE_CHECKING:
@@ -210,8 +211,8 @@ class EngineHandle:
             return int(self._engine_kwargs["kv_cache_memory_bytes"])
         gib = self._options["kv_cache_gib"]
         if gib is None and cpu:
-            env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-            gib = float(env) if env.replace(".", "", 1).isdigit() and float(env) > 0 else 1
+            env = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+            gib = parse_gib(env, parameter="VLLM_CPU_KVCACHE_SPACE", default=1.0)
         return None if gib is None else int(float(gib) * (1 << 30))
 
     def _alive(self) -> bool:
