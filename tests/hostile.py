@@ -113,13 +113,19 @@ class Wire:
 
 
 WIRE = (
-    Wire("not JSON", b"{this is not json", 400, "not JSON", "body"),
-    Wire("empty body", b"", 400, "not JSON", "body"),
+    Wire("not JSON", b"{this is not json", 400, "not valid JSON", "body"),
+    Wire("empty body", b"", 400, "not valid JSON", "body"),
     Wire("a JSON string", b'"hello"', 400, "body|Input should be", None),
     Wire("a JSON list", b"[1, 2, 3]", 400, "body|Input should be", None),
     Wire("JSON null", b"null", 400, "body|Input should be", None),
     Wire("JSON nested 10,000 deep", _nested(10_000), 400, "nests too deep|messages", None),
-    Wire("invalid UTF-8", b'{"model": "mai", "messages": "\xff\xfe"}', 400, "not JSON", "body"),
+    Wire("JSON nested 100 deep", _nested(100), 400, "nests too deep", "body"),
+    Wire("a 5,000-digit integer", b'{"model": "mai", "seed": ' + b"9" * 5000 + b', "messages": []}',
+         400, "at most 100 digits", "body"),
+    Wire("NaN in the body", b'{"model": "mai", "temperature": NaN, "messages": []}', 400,
+         "NaN", "body"),
+    Wire("invalid UTF-8", b'{"model": "mai", "messages": "\xff\xfe"}', 400, "not valid JSON",
+         "body"),
     Wire("no model", {"messages": [{"role": "user", "content": "hi"}]}, 400, "model", "model"),
     Wire("model of another type", _text(model=5), 400, "model", "model"),
     Wire("unknown model", _text(model="gpt-4"), 404, "does not exist here", "model"),

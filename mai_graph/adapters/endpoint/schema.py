@@ -8,7 +8,6 @@ onto one.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -17,6 +16,7 @@ from openai.types.shared import ErrorObject
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
 
 from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
+from mai_graph.jsonin import parse_json
 from mai_graph.text import without_reprs
 
 __all__ = [
@@ -217,16 +217,12 @@ def parse_body(data: bytes) -> ChatCompletionRequest:
     ...
     mai_graph.adapters.endpoint.schema.EndpointError: messages: List should have at least 1 item after validation, not 0
     """  # noqa: E501
-    try:
-        raw = json.loads(data)
-    except RecursionError:
+    try:  # the parser every door shares: depth, digits, NaN / Infinity refused
+        raw = parse_json(data, parameter="body", what="the request body",
+                         fix="send the request as OpenAI's chat format, in JSON")  # fmt: skip
+    except ConfigError as exc:
         raise EndpointError(
-            "the request body nests too deep to read", parameter="body", code="invalid_json",
-            fix="send the request as OpenAI's chat format (a few levels deep)",
-        ) from None  # fmt: skip
-    except ValueError:
-        raise EndpointError(
-            "the request body is not JSON", parameter="body", code="invalid_json"
+            exc.message, parameter="body", code="invalid_json", fix=exc.fix
         ) from None
     try:
         return ChatCompletionRequest.model_validate(raw)
