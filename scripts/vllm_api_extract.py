@@ -7,7 +7,7 @@ writes ``tests/data/vllm_api/<version>.json`` per wheel: the fields of ``EngineA
 ``AsyncEngineArgs``, ``SamplingParams`` and ``StructuredOutputsParams``; the ``CacheConfig``
 defaults of ``gpu_memory_utilization`` and ``block_size``; the scheduler's default batch limits;
 the quantization methods and KV-cache dtypes; the default worker start method; for every
-internal name of :mod:`mai_graph.backends.vllm._compat`, whether the wheel's source defines it;
+internal name of :mod:`mai_graph.backends.vllm.compat`, whether the wheel's source defines it;
 and the torch / transformers pins. ``tests/backends/test_vllm_versions.py`` checks the project
 against every extract (CI needs no wheel). The source is parsed with :mod:`ast`, never run.
 """
@@ -114,7 +114,7 @@ def _class_constant(cls: ast.ClassDef | None, name: str) -> Any:
 
 def extract(path: Path) -> dict[str, Any]:
     """The extract of one wheel."""
-    from mai_graph.backends.vllm._compat import STATIC_CHECKS
+    from mai_graph.backends.vllm.compat import STATIC_CHECKS
 
     wheel = zipfile.ZipFile(path)
     meta_name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))

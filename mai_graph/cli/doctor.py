@@ -127,10 +127,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     if in_process:
         try:
-            from mai_graph.backends.vllm import _compat
+            from mai_graph.backends.vllm import compat
 
-            missing = _compat.missing_names()
-            warning = _compat.check_version()
+            missing = compat.missing_names()
+            warning = compat.check_version()
             import vllm
 
             checks.add(

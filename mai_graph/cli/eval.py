@@ -283,14 +283,14 @@ def _objective_text(data: dict[str, Any]) -> str:
 
 
 def _score_text(s: dict[str, Any]) -> str:
-    from mai_graph.eval.report import _pct
+    from mai_graph.eval.report import percent
 
     gap = s["gap_recovered"]
     return (
         f"accuracy {s['accuracy']:.3f}, transfer {100 * s['transfer_share']:.1f}%, "
         f"large beyond short {100 * s['large_share']:.1f}%, "
         f"mean {1000 * s['mean_latency_s']:.0f} ms"
-        + ("" if gap is None else f", gap recovered {_pct(gap)}")
+        + ("" if gap is None else f", gap recovered {percent(gap)}")
         + f" (n={s['n']})"
     )
 

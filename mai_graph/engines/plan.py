@@ -970,9 +970,9 @@ def online_fp8_method() -> str:
     versions know only ``fp8``. Without vLLM here: the 0.32 name.
     """
     try:
-        from mai_graph.backends.vllm import _compat
+        from mai_graph.backends.vllm import compat
 
-        methods = _compat.quantization_methods()
+        methods = compat.quantization_methods()
     except Exception:  # noqa: BLE001 - no vLLM on this machine (a dry run): today's name
         return "fp8_per_tensor"
     return "fp8_per_tensor" if "fp8_per_tensor" in methods else "fp8"

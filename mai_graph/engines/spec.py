@@ -180,9 +180,9 @@ def _check_vllm_options(options: dict[str, Any], where: str) -> dict[str, Any]:
     if len(own) == len(options):  # nothing for vLLM to check (and no need to import it)
         return own
     try:
-        from mai_graph.backends.vllm import _compat
+        from mai_graph.backends.vllm import compat
 
-        names = _compat.engine_arg_names()
+        names = compat.engine_arg_names()
     except ImportError:  # no vLLM here: its own checks run where the engine starts
         names = None
     out: dict[str, Any] = {}
@@ -210,7 +210,7 @@ def _check_own(key: str, value: Any, where: str) -> Any:
 
 
 def _check_vllm_value(key: str, value: Any, where: str) -> Any:
-    from mai_graph.backends.vllm import _compat
+    from mai_graph.backends.vllm import compat
 
     if key == "gpu_memory_utilization" and (
         isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1
@@ -222,7 +222,7 @@ def _check_vllm_value(key: str, value: Any, where: str) -> Any:
             fix="the share of the card this engine may take, e.g. 0.25 (or leave it to the plan)",
         )
     if key == "quantization" and value is not None:
-        methods = _compat.quantization_methods()
+        methods = compat.quantization_methods()
         if value not in methods:
             raise ConfigError(
                 f"{where}: unknown quantization method {value!r}",
@@ -230,7 +230,7 @@ def _check_vllm_value(key: str, value: Any, where: str) -> Any:
                 value=value,
                 fix=f"use one of {', '.join(sorted(methods)[:12])}, ... (vLLM's list)",
             )
-    adapter = _compat.engine_arg_type(key)
+    adapter = compat.engine_arg_type(key)
     if adapter is None:
         return value
     try:

@@ -28,6 +28,7 @@ from typing import Any, get_type_hints
 
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
+from mai_graph.eval.report import percent
 
 __all__ = ["ABLATION_RATIOS", "ABLATION_STRATEGIES", "arun_ablation", "format_ablation"]
 
@@ -159,10 +160,6 @@ async def arun_ablation(
     return out
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
 def _num(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -187,8 +184,8 @@ def format_ablation(result: dict[str, Any]) -> str:
     ls, s2 = result["large_short"], result["small_s2"]
     lines = [
         f"{result['n']} samples, {result['disagreements']} whose short answers disagree; "
-        f"large short answer {_pct(ls['accuracy'])} ({_pct(ls['accuracy_disagreements'])} on "
-        f"those), small S2 {_pct(s2['accuracy'])} ({_pct(s2['accuracy_disagreements'])})",
+        f"large short answer {percent(ls['accuracy'])} ({percent(ls['accuracy_disagreements'])} on "
+        f"those), small S2 {percent(s2['accuracy'])} ({percent(s2['accuracy_disagreements'])})",
         "",
         "| strategy | keep ratio | transfer accuracy | on disagreements | reasoning tokens read "
         "| transfer prompt tokens | dropped mass |",
@@ -200,8 +197,8 @@ def format_ablation(result: dict[str, Any]) -> str:
             continue
         for ratio, c in block["ratios"].items():
             lines.append(
-                f"| {name} | {ratio} | {_pct(c['accuracy'])} | "
-                f"{_pct(c['accuracy_disagreements'])} | {_num(c['reasoning_tokens_read'])} of "
+                f"| {name} | {ratio} | {percent(c['accuracy'])} | "
+                f"{percent(c['accuracy_disagreements'])} | {_num(c['reasoning_tokens_read'])} of "
                 f"{_num(c['reasoning_tokens_in'])} | {_num(c['prompt_tokens'])} | "
                 f"{_num(c['dropped_mass'], 3)} |"
             )

@@ -45,6 +45,7 @@ __all__ = [
     "LatencyModel",
     "build_report",
     "format_table",
+    "percent",
     "quantile",
     "report_markdown",
     "write_report",
@@ -327,7 +328,12 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f}"
 
 
-def _pct(share: float | None) -> str:
+def percent(share: float | None) -> str:
+    """A share as a percentage with one decimal (``"-"`` for none; never ``-0.0%``).
+
+    >>> percent(0.1234), percent(None), percent(-0.0001)
+    ('12.3%', '-', '0.0%')
+    """
     if share is None:
         return "-"
     text = f"{100 * share:.1f}%"
@@ -358,7 +364,7 @@ def _table_rows(report: dict[str, Any]) -> list[list[str]]:
                 _ms(s["latency_s"]["p95"]),
                 _num(s["generated_tokens"]["small"]),
                 _num(s["generated_tokens"]["large"]),
-                _pct(s["large_beyond_short"]),
+                percent(s["large_beyond_short"]),
                 "-" if speedup is None else f"{speedup:.2f}x",
             ]
         )
@@ -367,7 +373,7 @@ def _table_rows(report: dict[str, Any]) -> list[list[str]]:
 
 def _route_line(summary: dict[str, Any]) -> str:
     return " · ".join(
-        f"{route} {_pct(r['share'])} ({_ms(r['mean_latency_s'])} ms)"
+        f"{route} {percent(r['share'])} ({_ms(r['mean_latency_s'])} ms)"
         for route, r in summary["routes"].items()
     )
 
@@ -436,8 +442,8 @@ def format_table(report: dict[str, Any]) -> str:
     cq = report.get("cost_quality")
     if cq and cq.get("gap_recovered") is not None:
         lines.append(
-            f"gap recovered ({cq['weak']} -> {cq['strong']}): {_pct(cq['gap_recovered'])} "
-            f"with {_pct(cq['transfer_share'])} of runs transferring"
+            f"gap recovered ({cq['weak']} -> {cq['strong']}): {percent(cq['gap_recovered'])} "
+            f"with {percent(cq['transfer_share'])} of runs transferring"
         )
     bad = report.get("bad_rows") or {}
     if bad.get("count"):
@@ -457,15 +463,15 @@ def format_table(report: dict[str, Any]) -> str:
 
 def _copy_text(block: dict[str, Any]) -> str:
     c = block["copy"]
-    return (f"copies small {_pct(c['small'])}, keeps large {_pct(c['large'])}, "
-            f"both {_pct(c['both'])}, neither {_pct(c['neither'])}")  # fmt: skip
+    return (f"copies small {percent(c['small'])}, keeps large {percent(c['large'])}, "
+            f"both {percent(c['both'])}, neither {percent(c['neither'])}")  # fmt: skip
 
 
 def _gain_text(block: dict[str, Any]) -> str:
     return (
-        f"{_pct(block['transfer_accuracy'])} vs its short answer "
-        f"{_pct(block['large_short_accuracy'])} ({100 * block['gain']:+.1f} points; small S2 "
-        f"{_pct(block['small_s2_accuracy'])}); {_copy_text(block)}"
+        f"{percent(block['transfer_accuracy'])} vs its short answer "
+        f"{percent(block['large_short_accuracy'])} ({100 * block['gain']:+.1f} points; small S2 "
+        f"{percent(block['small_s2_accuracy'])}); {_copy_text(block)}"
     )
 
 
@@ -571,7 +577,7 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
             if kind == "yes_no":
                 extra = (
                     f"P {m['precision']:.3f} · R {m['recall']:.3f} · F1 {m['f1']:.3f} · "
-                    f"yes {_pct(m['yes_ratio'])}"
+                    f"yes {percent(m['yes_ratio'])}"
                 )
             name, value = headline(kind, m)
             if "circular_accuracy" in m:
@@ -581,7 +587,7 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
                          f"{m['accuracy']:.3f}")  # fmt: skip
             kind_rows.append(
                 [policy, kind, str(m["n"]), f"{name} {value:.3f}",
-                 _pct(m["unknown_ratio"]), extra]
+                 percent(m["unknown_ratio"]), extra]
             )  # fmt: skip
     lines.append(_md_table(["policy", "kind", "n", "metric", "unreadable", "more"], kind_rows))
     lines += ["", "## Routes", ""]
@@ -591,7 +597,7 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
             predicted = r["predicted_latency_s"]
             st = r.get("stages_s") or {}
             route_rows.append(
-                [policy, route, str(r["n"]), _pct(r["share"]), _ms(r["mean_latency_s"]),
+                [policy, route, str(r["n"]), percent(r["share"]), _ms(r["mean_latency_s"]),
                  _ms(predicted), _ms(st.get("queue_s")), _ms(st.get("prefill_s")),
                  _ms(st.get("decode_s"))]
             )  # fmt: skip
@@ -610,10 +616,10 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
         if cq.get("gap_recovered") is not None:
             lines.append(
                 f"On the {cq['n']} samples every compared policy finished, MAI recovers "
-                f"**{_pct(cq['gap_recovered'])}** of the accuracy gap from `{cq['weak']}` "
+                f"**{percent(cq['gap_recovered'])}** of the accuracy gap from `{cq['weak']}` "
                 f"({cq['accuracy'][cq['weak']]:.3f}) to `{cq['strong']}` "
-                f"({cq['accuracy'][cq['strong']]:.3f}), with {_pct(cq['transfer_share'])} of "
-                f"runs needing the transfer step and {_pct(cq['large_beyond_short'])} using "
+                f"({cq['accuracy'][cq['strong']]:.3f}), with {percent(cq['transfer_share'])} of "
+                f"runs needing the transfer step and {percent(cq['large_beyond_short'])} using "
                 "the large model beyond its short answer."
             )
         else:
@@ -636,8 +642,8 @@ def report_markdown(report: dict[str, Any], plots: dict[str, str] | None = None)
                         [
                             c["label"],
                             f"{c['accuracy']:.3f}",
-                            _pct(c["gap_recovered"]),
-                            _pct(c["transfer_share"]),
+                            percent(c["gap_recovered"]),
+                            percent(c["transfer_share"]),
                             _ms(c["mean_latency_s"]),
                         ]
                         for c in front

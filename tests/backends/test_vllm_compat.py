@@ -2,31 +2,31 @@
 
 import pytest
 
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 
 pytest.importorskip("vllm")
 
 
 def test_the_installed_vllm_has_every_internal_mai_graph_uses():
-    assert _compat.missing_names() == []
+    assert compat.missing_names() == []
 
 
 def test_the_installed_vllm_is_in_the_tested_range():
-    assert _compat.check_version() is None
+    assert compat.check_version() is None
 
 
 def test_a_removed_internal_is_named(monkeypatch):
     from vllm.v1.engine.output_processor import OutputProcessor
 
     monkeypatch.delattr(OutputProcessor, "propagate_error")
-    assert _compat.missing_names() == ["OutputProcessor.propagate_error"]
+    assert compat.missing_names() == ["OutputProcessor.propagate_error"]
 
 
 def test_a_moved_module_is_named(monkeypatch):
     import vllm.v1.engine.core_client as client
 
     monkeypatch.delattr(client, "BackgroundResources")
-    missing = _compat.missing_names()
+    missing = compat.missing_names()
     assert "BackgroundResources.ctx" in missing
     assert "BackgroundResources.engine_manager" in missing
 
@@ -44,7 +44,7 @@ def test_a_moved_module_is_named(monkeypatch):
     ],
 )
 def test_version_range(version, ok):
-    assert (_compat.check_version(version) is None) is ok
+    assert (compat.check_version(version) is None) is ok
 
 
 def test_the_pyproject_pins_the_tested_range():
@@ -53,7 +53,7 @@ def test_the_pyproject_pins_the_tested_range():
 
     data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     pins = [d for d in data["project"]["optional-dependencies"]["vllm"] if d.startswith("vllm")]
-    low, high = _compat.TESTED_VLLM
+    low, high = compat.TESTED_VLLM
     assert pins == [f"vllm>={low},<{high}"]
 
 
@@ -67,9 +67,9 @@ def test_no_other_module_names_a_vllm_internal():
                  "_get_num_multimodal_tokens", "current_platform", "try_get_generation_config",
                  "abort_requests_async", "engine_manager")  # fmt: skip
     for path in root.rglob("*.py"):
-        if path.name == "_compat.py":
+        if path.name == "compat.py":
             continue
         text = path.read_text()
         for name in internals:
-            found = re.search(rf"(?<!_compat)\.{name}\b|[\"']{name}[\"']", text)
+            found = re.search(rf"(?<!compat)\.{name}\b|[\"']{name}[\"']", text)
             assert found is None, f"{path.relative_to(root)} names vLLM's {name}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 from mai_graph.engines import plan as plan_module
 from mai_graph.engines.spec import VLLM_COMMON, VLLM_OWN_OPTIONS
 
@@ -31,7 +31,7 @@ def load(version):
 
 
 def test_every_supported_minor_release_has_an_extract():
-    low, high = (_version(v) for v in _compat.TESTED_VLLM)
+    low, high = (_version(v) for v in compat.TESTED_VLLM)
     minors = {(a, b) for a, b, *_ in map(_version, VERSIONS)}
     wanted = {(low[0], m) for m in range(low[1], high[1])}
     assert wanted <= minors, f"no extract for {sorted(wanted - minors)}"
@@ -41,7 +41,7 @@ def test_every_supported_minor_release_has_an_extract():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_engine_arguments_exist(version):
     fields = set(load(version)["engine_args"])
-    used = set(_compat.ENGINE_ARGS_USED) | (set(VLLM_COMMON) - set(VLLM_OWN_OPTIONS))
+    used = set(compat.ENGINE_ARGS_USED) | (set(VLLM_COMMON) - set(VLLM_OWN_OPTIONS))
     missing = sorted(used - fields)
     assert not missing, f"vLLM {version}: AsyncEngineArgs has no {missing}"
 
@@ -49,7 +49,7 @@ def test_engine_arguments_exist(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_sampling_fields_exist(version):
     data = load(version)
-    missing = sorted(set(_compat.SAMPLING_FIELDS_USED) - set(data["sampling_params"]))
+    missing = sorted(set(compat.SAMPLING_FIELDS_USED) - set(data["sampling_params"]))
     assert not missing, f"vLLM {version}: SamplingParams has no {missing}"
     assert "choice" in data["structured_outputs_params"], f"vLLM {version}: no choice outputs"
 
@@ -57,7 +57,7 @@ def test_sampling_fields_exist(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_internals_exist(version):
     internals = load(version)["internals"]
-    assert set(internals) == {name for name, *_ in _compat.STATIC_CHECKS}, "re-run the extract"
+    assert set(internals) == {name for name, *_ in compat.STATIC_CHECKS}, "re-run the extract"
     missing = sorted(name for name, ok in internals.items() if not ok)
     assert not missing, f"vLLM {version} lacks {missing}"
 

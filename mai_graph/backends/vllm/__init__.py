@@ -10,7 +10,7 @@
 - :mod:`~mai_graph.backends.vllm.startup`: what a start relies on that vLLM's CPU build hides
   (spawn, device order, one share per engine, a lineup's engines in order, restarts that wait);
 - :mod:`~mai_graph.backends.vllm.teardown`: stopping an engine and its processes cleanly;
-- :mod:`~mai_graph.backends.vllm._compat`: every vLLM internal these use, in one place.
+- :mod:`~mai_graph.backends.vllm.compat`: every vLLM internal these use, in one place.
 """
 
 from mai_graph.backends.vllm.backend import (

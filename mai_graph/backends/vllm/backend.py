@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import vocab_fingerprint
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 from mai_graph.backends.vllm.engine import CPU_BLOCK_SIZE as CPU_BLOCK_SIZE
 from mai_graph.backends.vllm.engine import GPU_BLOCK_SIZE as GPU_BLOCK_SIZE
 from mai_graph.backends.vllm.engine import RESTART_WINDOW_S as RESTART_WINDOW_S
@@ -336,7 +336,7 @@ class VLLMBackend:
         engine = self.handle.engine
         if engine is None:
             return 0
-        return _compat.unfinished_requests(engine)
+        return compat.unfinished_requests(engine)
 
     async def engine_idle(self) -> bool:
         """Whether the engine core itself holds no request (asks the core process).
@@ -349,7 +349,7 @@ class VLLMBackend:
             engine = self.handle.engine
             if engine is None or getattr(engine, "errored", False):
                 return True
-            return not await _compat.core_has_work(engine)
+            return not await compat.core_has_work(engine)
 
         if self._loop is None:
             return await ask()

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 from mai_graph.backends.vllm.teardown import (
     ENGINE_EXIT_GRACE_S,
     REAP_GRACE_S,
@@ -67,7 +67,7 @@ default of 64 (0.32: 16) would coarsen them fourfold."""
 
 
 def _on_cpu() -> bool:
-    return _compat.on_cpu()
+    return compat.on_cpu()
 
 
 def _forget(handle: EngineHandle) -> None:
@@ -410,7 +410,7 @@ class EngineHandle:
         """
         cpu = _on_cpu()
         asked = self.kv_cache_bytes(cpu)
-        blocks, size = _compat.kv_cache_blocks(self._engine) if self._engine else (None, None)
+        blocks, size = compat.kv_cache_blocks(self._engine) if self._engine else (None, None)
         return {
             "platform": "cpu" if cpu else "cuda",
             "memory_mode": "kv_cache_gib" if cpu else ("kv_bytes" if asked else "share"),

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 from mai_graph.loop import BackgroundLoop
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class ShutDown(Exception):
 def end_running_requests(engine: AsyncLLM) -> None:
     """Fail the requests still running (they would otherwise wait for outputs forever)."""
     with contextlib.suppress(Exception):
-        _compat.fail_running_requests(engine, ShutDown())
+        compat.fail_running_requests(engine, ShutDown())
 
 
 async def _stop_output_handler(engine: AsyncLLM) -> None:
@@ -67,7 +67,7 @@ async def _stop_output_handler(engine: AsyncLLM) -> None:
     """
     end_running_requests(engine)
     await asyncio.sleep(0)  # let the requests see it and abort themselves in the engine
-    handler = _compat.output_handler(engine)
+    handler = compat.output_handler(engine)
     if handler is not None and not handler.done():
         handler.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -80,7 +80,7 @@ def close_client(engine: AsyncLLM) -> None:
     vLLM closes the client's sockets but leaves the context to the garbage collector, which
     warns about it.
     """
-    ctx = _compat.zmq_context(engine)
+    ctx = compat.zmq_context(engine)
     if ctx is not None and not ctx.closed:
         with contextlib.suppress(Exception):
             ctx.destroy(linger=0)
@@ -92,7 +92,7 @@ async def _aclose_client(engine: AsyncLLM) -> None:
 
 def core_pids(engine: AsyncLLM) -> list[int]:
     """Process ids of the engine's core process(es)."""
-    return [p.pid for p in _compat.core_processes(engine) if p.pid is not None]
+    return [p.pid for p in compat.core_processes(engine) if p.pid is not None]
 
 
 def processes_of(pids: list[int]) -> list[Any]:
@@ -138,7 +138,7 @@ def reap(processes: list[Any], grace_s: float, what: str) -> None:
 
 async def _nudge(engine: AsyncLLM) -> None:
     with contextlib.suppress(Exception):
-        await _compat.abort_requests(engine, [_WAKE_ID])
+        await compat.abort_requests(engine, [_WAKE_ID])
 
 
 @contextlib.contextmanager

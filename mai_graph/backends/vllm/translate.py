@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from mai_graph.answers.distribution import first_token_ids, fold, pick
 from mai_graph.backends.base import Generation, GenerationRequest, StageTimes
 from mai_graph.backends.render import media_ids, render, thinking_for
-from mai_graph.backends.vllm import _compat
+from mai_graph.backends.vllm import compat
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.inputs.images import ImageRef, load_image
 from mai_graph.inputs.limits import check_media_counts, check_prompt_length
@@ -130,7 +130,7 @@ class Translator:
             processor = None
         eos_id = getattr(tokenizer, "eos_token_id", None)
         eos = {eos_id} if isinstance(eos_id, int) else set()
-        generation_eos = _compat.generation_eos(model_config)
+        generation_eos = compat.generation_eos(model_config)
         if isinstance(generation_eos, int):
             eos.add(generation_eos)
         elif isinstance(generation_eos, list):
@@ -204,7 +204,7 @@ class Translator:
         Raises:
             ImageError: The processor refuses the image's size (e.g. its aspect ratio).
         """
-        counter = _compat.media_token_counter(self.processor)
+        counter = compat.media_token_counter(self.processor)
         if counter is None:
             return 0
         try:
@@ -224,7 +224,7 @@ class Translator:
 
     def video_tokens(self, video: VideoRef) -> int:
         """Tokens the model's processor turns ``video``'s sampled frames into (0: unknown)."""
-        counter = _compat.media_token_counter(self.processor)
+        counter = compat.media_token_counter(self.processor)
         if counter is None:
             return 0
         try:
@@ -245,7 +245,7 @@ class Translator:
         the group's tokens in vision start / end tokens (measured: 32 tokens for 8 frames that
         the media token counter alone misses). 0 for processors without frame timestamps.
         """
-        stamps = _compat.frame_timestamps(self.processor, video["indices"], float(video["fps"]))
+        stamps = compat.frame_timestamps(self.processor, video["indices"], float(video["fps"]))
         if not stamps:
             return 0
         return sum(
