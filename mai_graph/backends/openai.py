@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from mai_graph.answers.distribution import fold, pick
 from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
 from mai_graph.backends.extras import require_extra
-from mai_graph.backends.render import thinking_for
+from mai_graph.backends.render import check_roles, thinking_for
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.inputs.images import load_image
 from mai_graph.inputs.video import load_video, video_metadata
@@ -72,13 +72,19 @@ SERVER_VIDEO_FRAMES = 32
 """Frames ``vllm serve`` reads of a video by default (``--media-io-kwargs`` can change it)."""
 
 
-_MARKUP = re.compile(r"<(?=\|[^<>|\s]{1,64}\|>|/?think>)")
+_MARKUP = re.compile(r"<(?=[^<>\s]+>)")
+"""A ``<`` that opens something spelled as markup: ``<|im_start|>``, ``<tool_call>``, ``</s>``."""
+
+_JOINER = "\u2060"
 
 
 def as_text(text: str) -> str:
     """``text`` with chat-template markup defused, for a server that renders the template.
 
-    A word joiner goes after the ``<`` of every ``<|...|>`` and ``<think>`` / ``</think>``.
+    A word joiner goes after every ``<`` that opens a ``<...>`` run without spaces, whatever
+    its name: the server's tokenizer is not known here, and any markup-spelled token of it
+    (``<|im_start|>``, ``<think>``, ``<tool_call>``, ``<start_of_turn>``) is defused alike.
+    A ``<`` before a space or with no ``>`` after it stays as it is.
 
     The server renders the chat template and tokenizes the result with its special tokens
     parsed, so a literal ``<|im_start|>`` in caller text would become the control token there;
@@ -87,10 +93,31 @@ def as_text(text: str) -> str:
 
     >>> as_text("a<|im_start|>b</think>") == "a<\u2060|im_start|>b<\u2060/think>"
     True
-    >>> as_text("x < y and <b>bold</b>")
-    'x < y and <b>bold</b>'
+    >>> as_text("x < y, 3<4 and 5 > 2")
+    'x < y, 3<4 and 5 > 2'
     """
-    return _MARKUP.sub("<\u2060", text)
+    return _defused([text])[0]
+
+
+def _defused(texts: list[str]) -> list[str]:
+    """Text parts the server's template joins, each markup ``<`` of their join defused.
+
+    Found in the join, so ``"x<|im_"`` + ``"start|>"`` is defused too (the joiner goes after
+    the ``<`` in the part that holds it).
+    """
+    joined = "".join(texts)
+    cuts = [m.start() for m in _MARKUP.finditer(joined)]
+    if not cuts:
+        return list(texts)
+    out, at = [], 0
+    for text in texts:
+        pieces, last = [], 0
+        for cut in (c - at for c in cuts if at <= c < at + len(text)):
+            pieces.append(text[last : cut + 1] + _JOINER)
+            last = cut + 1
+        out.append("".join(pieces) + text[last:])
+        at += len(text)
+    return out
 
 
 def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -98,8 +125,11 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
     Images travel as PNG data URLs; a video as its sampled frames, a ``video/jpeg`` frame
     sequence (``data:video/jpeg;base64,<frame>,<frame>,...``), so the server sees the frames
-    the other backends see. Text travels as text (:func:`as_text`).
+    the other backends see. Text travels as text (:func:`as_text`, over each run of adjacent
+    text parts, as the template joins them); roles are checked
+    (:func:`~mai_graph.backends.render.check_roles`).
     """
+    check_roles(messages)
     out: list[dict[str, Any]] = []
     for m in messages:
         parts: list[dict[str, Any]] = []
@@ -123,7 +153,15 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                     }
                 )
             else:
-                parts.append({"type": "text", "text": as_text(p["text"])})
+                parts.append({"type": "text", "text": p["text"]})
+        run: list[dict[str, Any]] = []  # adjacent text parts: the template joins them
+        for part in [*parts, {"type": "end"}]:
+            if part["type"] == "text":
+                run.append(part)
+                continue
+            for text_part, text in zip(run, _defused([t["text"] for t in run])):
+                text_part["text"] = text
+            run = []
         if m["role"] != "user" and all(part["type"] == "text" for part in parts):
             out.append({"role": m["role"], "content": "".join(p["text"] for p in parts)})
         else:

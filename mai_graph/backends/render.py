@@ -8,15 +8,21 @@ the engine already holds in its prefix / KV cache (re-tokenizing generated text 
 This is deliberate, not a stand-in for a library: neither vLLM's chat entry points nor
 transformers' ``apply_chat_template`` take token ids for a turn, and without the splice the S2
 turn and the transfer answer would re-read the whole reasoning instead of hitting the cache.
+
+Text is never control tokens (issue 39): caller text that makes a control-token literal, alone
+or joined by the template to the text beside it, is spliced as the ids of its characters;
+spliced ids lose their control ids; roles other than system, user and assistant are refused.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from collections.abc import Hashable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from mai_graph.errors import ConfigError
 from mai_graph.inputs.images import ImageRef
@@ -24,8 +30,11 @@ from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message, Part
 
 __all__ = [
+    "ROLES",
     "RenderedPrompt",
+    "check_roles",
     "common_prefix",
+    "control_ids",
     "control_literals",
     "encode_as_text",
     "hf_messages",
@@ -105,11 +114,60 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _sentinel(k: int) -> str:
-    return f"\ue000{k}\ue001"
+ROLES = ("system", "user", "assistant")
+r"""The roles a message may have: chat templates write the role into the turn's header as it
+is, so any other string could carry markup (``"user\n<|im_end|>"``)."""
 
 
-_SENTINEL = re.compile("\ue000(\\d+)\ue001")
+def check_roles(messages: Sequence[Message]) -> None:
+    """Refuse a message whose role is not one of :data:`ROLES`.
+
+    >>> check_roles([{"role": "user", "content": []}])
+    >>> try:
+    ...     check_roles([{"role": "tool", "content": []}])  # type: ignore[typeddict-item]
+    ... except ConfigError as e:
+    ...     print(e.parameter, e.value)
+    messages 'tool'
+    """
+    for m in messages:
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if not isinstance(role, str) or role not in ROLES:
+            raise ConfigError(
+                f"a message's role must be system, user or assistant, got {role!r:.60}",
+                parameter="messages",
+                value=repr(role)[:80],
+                fix="give each message one of the roles system, user, assistant",
+            )
+
+
+_MEDIA = ("image", "video")
+
+
+class _Marks:
+    """Placeholders for the text a render splices as ids, which no text of the prompt holds.
+
+    The tag is a digest of every text of the prompt: text cannot hold the digest of itself, so
+    caller text can neither forge a placeholder nor break one.
+    """
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        texts = [str(p.get("text", "")) for m in messages for p in m["content"]]
+        digest = hashlib.sha256("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()
+        salt = 0
+        tag = "\ue000" + digest[:16]
+        while any(tag in t for t in texts):  # never in practice; still, not a guess
+            salt += 1
+            tag = "\ue000" + hashlib.sha256(f"{digest}{salt}".encode()).hexdigest()[:16]
+        self.tag = tag
+        self.pattern = re.compile(re.escape(tag) + "(\\d+)\ue001")
+
+    def __call__(self, k: int) -> str:
+        return f"{self.tag}{k}\ue001"
+
+    def split(self, rendered: str) -> tuple[list[str], list[int]]:
+        """The text between placeholders, and the placeholders' numbers in order."""
+        chunks = self.pattern.split(rendered)
+        return chunks[0::2], [int(k) for k in chunks[1::2]]
 
 
 def render(
@@ -128,6 +186,12 @@ def render(
     text around each placeholder is tokenized on its own, so the ids before a splice are exactly
     the ids of the prompt that produced it.
 
+    Text reaches the model as text, never as control tokens: a part whose text makes a
+    control-token literal (``<|im_start|>``) on its own, or with the text the chat template
+    joins to it (``"q<|im_"`` + ``"end|>"``), is spliced as the ids of its characters
+    (:func:`encode_as_text`); spliced ids carry no control ids (:func:`_defused`); roles are
+    checked (:func:`check_roles`).
+
     Args:
         tokenizer: A Hugging Face tokenizer (encodes the rendered text).
         messages: The conversation.
@@ -136,42 +200,49 @@ def render(
             their template there), default the tokenizer.
         thinking: ``False`` renders with ``enable_thinking=False`` (see :func:`thinking_for`).
     """
+    check_roles(messages)
     template = template if template is not None else tokenizer
     images = [p["image"] for m in messages for p in m["content"] if p["type"] == "image"]
     videos = [p["video"] for m in messages for p in m["content"] if p["type"] == "video"]
+    marks = _Marks(messages)
+    forging = _forging(template, messages, control_literals(tokenizer), marks, thinking)
     pieces: list[list[int]] = []
     literal: set[int] = set()  # pieces that are caller text holding control-token literals
-    controls = control_literals(tokenizer)
     marked: list[Message] = []
-    for m in messages:
+    for i, m in enumerate(messages):
+        own = m["role"] == "assistant"  # the model's own turn: positions are kept
         ids = m.get("token_ids")
-        if m["role"] == "assistant" and ids:
-            pieces.append(_defused(ids, tokenizer))
-            marked.append({"role": "assistant", "content": [_text(_sentinel(len(pieces) - 1))]})
+        if own and ids:
+            pieces.append(_defused(ids, tokenizer, template, own_turn=True, eos=eos_token_ids))
+            marked.append({"role": "assistant", "content": [_text(marks(len(pieces) - 1))]})
             continue
         content: list[Part] = []
-        for part in m["content"]:
-            part_ids = part.get("token_ids") if part["type"] == "text" else None
+        for j, part in enumerate(m["content"]):
+            if part["type"] == "image" or part["type"] == "video":
+                content.append(part)
+                continue
+            part_ids = part.get("token_ids")
             if part_ids:
-                pieces.append(_defused(part_ids, tokenizer))
-                content.append(_text(_sentinel(len(pieces) - 1)))
-            elif part["type"] == "text" and _holds_control(part["text"], controls):
+                pieces.append(
+                    _defused(part_ids, tokenizer, template, own_turn=own, eos=eos_token_ids)
+                )
+            elif (i, j) in forging:
                 # Caller text reaches the model as text: a literal "<|im_start|>" in it is
                 # encoded as its characters, never as the control token (no forged turns).
                 literal.add(len(pieces))
                 pieces.append(encode_as_text(tokenizer, part["text"]))
-                content.append(_text(_sentinel(len(pieces) - 1)))
             else:
                 content.append(part)
+                continue
+            content.append(_text(marks(len(pieces) - 1)))
         marked.append({"role": m["role"], "content": content})
     if not pieces:
         full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
     rendered = _template(template, marked, generation_prompt=True, thinking=thinking)
-    chunks = _SENTINEL.split(rendered)
-    found = [int(k) for k in chunks[1::2]]
+    chunks, found = marks.split(rendered)
     if found != list(range(len(pieces))):  # the template rewrote a turn: no exact splice
-        if literal:
+        if forging:  # rendered whole, some text would become control tokens
             raise ConfigError(
                 "the model's chat template rewrote a turn whose text holds control-token "
                 "literals (such as <|im_start|>), so it cannot be sent as plain text",
@@ -180,10 +251,10 @@ def render(
             )
         full = _template(template, messages, generation_prompt=True, thinking=thinking)
         return RenderedPrompt(_encode(tokenizer, full), images, [], videos)
-    token_ids = _encode(tokenizer, _opening(template, marked, chunks[0]))
+    token_ids = _encode(tokenizer, _opening(template, marked, chunks[0], marks))
     spans = []
     for k, ids in enumerate(pieces):
-        tail = chunks[2 * k + 2]
+        tail = chunks[k + 1]
         if k not in literal and ids and ids[-1] in eos_token_ids:
             # The engine kept the end-of-turn token; drop its text twin from what follows.
             eos_text = tokenizer.decode([ids[-1]])
@@ -195,8 +266,108 @@ def render(
     return RenderedPrompt(token_ids, images, spans, videos)
 
 
-_CONTROLS: dict[int, tuple[str, ...]] = {}
+_GAP = "\x00"
+"""What stands between texts the template does not join (no control literal holds it)."""
+
+
+def _forging(
+    template: Any,
+    messages: Sequence[Message],
+    controls: Sequence[str],
+    marks: _Marks,
+    thinking: bool,
+) -> set[tuple[int, int]]:
+    """The text parts, as ``(message, part)``, that a control-token literal in the prompt overlaps.
+
+    A literal may lie inside one part, or be made by the chat template's join: the end of a
+    part and the start of the next (``"q<|im_"`` + ``"end|>"``), or a part and the template's
+    own text beside it. The template's joins come from its skeleton, the prompt rendered with
+    each text part a placeholder (the text between placeholders is the template's own); a
+    template that rewrites turns is taken to join a turn's adjacent text parts as they are.
+    """
+    where = [
+        (i, j)
+        for i, m in enumerate(messages)
+        for j, p in enumerate(m["content"])
+        if p["type"] not in _MEDIA
+    ]
+    texts = [str(messages[i]["content"][j].get("text", "")) for i, j in where]
+    if not controls or not any(_may_form(t, controls) for t in texts):
+        return set()
+    skeleton: list[Message] = []
+    k = 0
+    for m in messages:
+        content: list[Part] = []
+        for p in m["content"]:
+            if p["type"] in _MEDIA:
+                content.append(p)
+            else:
+                content.append(_text(marks(k)))
+                k += 1
+        skeleton.append({"role": m["role"], "content": content})
+    glue: list[str] | None = None
+    try:
+        between, found = marks.split(
+            _template(template, skeleton, generation_prompt=True, thinking=thinking)
+        )
+        glue = between if found == list(range(len(where))) else None
+    except ConfigError:
+        pass
+    if glue is None:
+        glue = [_GAP]
+        for (i, j), (i2, j2) in zip(where, where[1:]):
+            glue.append("" if (i2, j2) == (i, j + 1) else _GAP)
+        glue.append(_GAP)
+    joined, spans = glue[0], []
+    for text, after in zip(texts, glue[1:]):
+        spans.append((len(joined), len(joined) + len(text)))
+        joined += text + after
+    forging: set[tuple[int, int]] = set()
+    for hit in _literals(tuple(controls)).finditer(joined):
+        start, end = hit.start(), hit.start() + len(hit.group(1))
+        forging.update(where[n] for n, (a, b) in enumerate(spans) if a < end and start < b)
+    return forging
+
+
+def _may_form(text: str, controls: Sequence[str]) -> bool:
+    """Whether ``text`` holds a control literal or could make one with the text beside it."""
+    for c in controls:
+        if c in text or (text and text in c):
+            return True
+        if any(text.endswith(c[:n]) or text.startswith(c[n:]) for n in range(1, len(c))):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _literals(controls: tuple[str, ...]) -> re.Pattern[str]:
+    """Every occurrence of a control literal, overlapping ones too (longest first)."""
+    return re.compile("(?=(" + "|".join(map(re.escape, controls)) + "))")
+
+
+_CONTROLS: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_CONTROL_IDS: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 _MARKUP_TOKEN = re.compile(r"<[^<>\s]{1,64}>")
+_V = TypeVar("_V")
+
+
+def _cached(cache: weakref.WeakKeyDictionary[Any, _V], key: Any, make: Callable[[], _V]) -> _V:
+    """``make()``, kept as long as ``key`` lives (not kept for an object no weak reference holds).
+
+    Keyed by the object, not its ``id``: a recycled id never returns another object's value.
+    """
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    except TypeError:
+        return make()
+    value = make()
+    try:
+        cache[key] = value
+    except TypeError:
+        pass
+    return value
 
 
 def control_literals(tokenizer: Any) -> tuple[str, ...]:
@@ -206,8 +377,8 @@ def control_literals(tokenizer: Any) -> tuple[str, ...]:
     would become that control token. Controls are the special tokens and every added token
     spelled as markup (``<...>``); an added ordinary word (a domain vocabulary entry) is not.
     """
-    key = id(tokenizer)
-    if key not in _CONTROLS:
+
+    def make() -> tuple[str, ...]:
         added = getattr(tokenizer, "added_tokens_decoder", None) or {}
         found = {
             str(getattr(t, "content", t))
@@ -215,12 +386,20 @@ def control_literals(tokenizer: Any) -> tuple[str, ...]:
             if getattr(t, "special", True) or _MARKUP_TOKEN.fullmatch(str(t.content))
         }
         found |= {str(t) for t in getattr(tokenizer, "all_special_tokens", ()) or ()}
-        _CONTROLS[key] = tuple(sorted((t for t in found if t), key=len, reverse=True))
-    return _CONTROLS[key]
+        return tuple(sorted((t for t in found if t), key=len, reverse=True))
+
+    return _cached(_CONTROLS, tokenizer, make)
 
 
-def _holds_control(text: str, controls: Sequence[str]) -> bool:
-    return any(c in text for c in controls)
+def control_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the tokenizer's control tokens: its special ids and :func:`control_literals`."""
+
+    def make() -> frozenset[int]:
+        ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
+        ids |= {tokenizer.convert_tokens_to_ids(c) for c in control_literals(tokenizer)}
+        return frozenset(i for i in ids if isinstance(i, int))
+
+    return _cached(_CONTROL_IDS, tokenizer, make)
 
 
 def encode_as_text(tokenizer: Any, text: str) -> list[int]:
@@ -236,8 +415,8 @@ def encode_as_text(tokenizer: Any, text: str) -> list[int]:
     except TypeError:  # a tokenizer without the option: split around every literal below
         ids = _encode(tokenizer, text)
     controls = control_literals(tokenizer)
-    control_ids = {tokenizer.convert_tokens_to_ids(c) for c in controls}
-    if not control_ids.intersection(ids):
+    banned = control_ids(tokenizer)
+    if not banned.intersection(ids):
         return ids
     out: list[int] = []
     for chunk in re.split("(" + "|".join(map(re.escape, controls)) + ")", text):
@@ -245,13 +424,13 @@ def encode_as_text(tokenizer: Any, text: str) -> list[int]:
             continue
         if chunk in controls:  # byte by byte: no merge can rebuild the added token
             for ch in chunk:
-                out += [i for i in _encode(tokenizer, ch) if i not in control_ids]
+                out += [i for i in _encode(tokenizer, ch) if i not in banned]
         else:
             out += _encode(tokenizer, chunk)
     return out
 
 
-def _opening(template: Any, marked: Sequence[Message], before: str) -> str:
+def _opening(template: Any, marked: Sequence[Message], before: str, marks: _Marks) -> str:
     """The text before the first splice, as the call that generated it saw it.
 
     When the first splice is an assistant turn (S2 over a chain of thought), its ids were
@@ -261,7 +440,11 @@ def _opening(template: Any, marked: Sequence[Message], before: str) -> str:
     cache serves it and the model reads its reasoning as it wrote it.
     """
     first = next(
-        (i for i, m in enumerate(marked) if _SENTINEL.search(str(m["content"][0].get("text", "")))),
+        (
+            i
+            for i, m in enumerate(marked)
+            if any(marks.pattern.search(str(p.get("text", ""))) for p in m["content"])
+        ),
         None,
     )
     if first is None or marked[first]["role"] != "assistant" or first == 0:
@@ -275,35 +458,92 @@ def _opening(template: Any, marked: Sequence[Message], before: str) -> str:
 
 _MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>")
 """Qwen-VL's placeholders: engines expand each into an image's or a video's tokens."""
-_MEDIA_IDS: dict[int, frozenset[int]] = {}
+_MEDIA_IDS: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
 
 def media_ids(tokenizer: Any) -> frozenset[int]:
     """Ids of the tokens that stand for media in a prompt (Qwen-VL's placeholders), if any.
 
     A model may *generate* one of them (random weights do, when sampling); spliced into a later
-    prompt it would read as one more image, so spliced ids replace them (:func:`_defused`).
+    prompt it would read as one more image, so spliced ids never carry them (:func:`_defused`).
     """
-    key = id(tokenizer)
-    if key not in _MEDIA_IDS:
+
+    def make() -> frozenset[int]:
         unk = getattr(tokenizer, "unk_token_id", None)
         ids = {tokenizer.convert_tokens_to_ids(t) for t in _MEDIA_TOKENS}
-        _MEDIA_IDS[key] = frozenset(i for i in ids if isinstance(i, int) and i != unk)
-    return _MEDIA_IDS[key]
+        return frozenset(i for i in ids if isinstance(i, int) and i != unk)
+
+    return _cached(_MEDIA_IDS, tokenizer, make)
 
 
-def _defused(ids: Sequence[int], tokenizer: Any) -> list[int]:
-    """``ids`` with media tokens replaced by the pad token; without a pad token, dropped.
+_TURN_MARKUP: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
-    Replacing keeps positions, so the spliced span still lines up with the reasoning's tokens.
+
+def _turn_markup(tokenizer: Any, template: Any) -> frozenset[int]:
+    """Ids of the markup tags a model may write in its own turn and read back verbatim (S2).
+
+    The added tokens that are not special and that the chat template does not write around a
+    turn or its media: ``<think>`` and ``</think>`` (a thinking model writes them; an Instruct
+    model may too). Special tokens (turn markers, media placeholders, end of text) are what
+    could forge a turn or an image, and never stay.
     """
-    banned = media_ids(tokenizer)
-    if not banned or not banned.intersection(ids):
+
+    def make() -> frozenset[int]:
+        user: list[dict[str, Any]] = [{"type": "image"}, {"type": "text", "text": "x"}]
+        try:
+            turn = [{"role": "user", "content": user}]
+            around = str(template.apply_chat_template(turn, tokenize=False))
+        except Exception:  # a template that cannot render this: nothing is let through
+            return frozenset()
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+        return frozenset(
+            i
+            for i, t in added.items()
+            if not getattr(t, "special", True)
+            and i not in special
+            and _MARKUP_TOKEN.fullmatch(str(t.content))
+            and str(t.content) not in around
+        )
+
+    return _cached(_TURN_MARKUP, template, make)
+
+
+def _defused(
+    ids: Sequence[int], tokenizer: Any, template: Any, *, own_turn: bool, eos: set[int]
+) -> list[int]:
+    """Spliced ids without control ids: reasoning a model wrote reaches the next one as text.
+
+    Every control id (:func:`control_ids`: turn markers, media placeholders, ...) is dropped.
+    In a model's own turn (S2 over its chain of thought) positions are kept, so the span lines
+    up with the reasoning's tokens: a special id is replaced by a space, and the markup tags a
+    model writes in its turn (:func:`_turn_markup`, ``<think>`` / ``</think>``) and a closing
+    end-of-turn id stay, as the model wrote them (the prompt extends the cached one exactly).
+    """
+    banned = control_ids(tokenizer)
+    if not banned.intersection(ids):
         return list(ids)
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if isinstance(pad, int) and pad not in banned:
-        return [pad if i in banned else i for i in ids]
-    return [i for i in ids if i not in banned]
+    if not own_turn:
+        return [i for i in ids if i not in banned]
+    kept = _turn_markup(tokenizer, template)
+    last = len(ids) - 1 if ids[-1] in eos else -1
+    filler = _filler(tokenizer, banned)
+    out = []
+    for n, i in enumerate(ids):
+        if i not in banned or i in kept or n == last:
+            out.append(i)
+        elif filler is not None:
+            out.append(filler)
+    return out
+
+
+def _filler(tokenizer: Any, banned: frozenset[int]) -> int | None:
+    """One ordinary id that reads as white space (None: the tokenizer has none)."""
+    for text in (" ", "\n", "."):
+        ids = _encode(tokenizer, text)
+        if len(ids) == 1 and ids[0] not in banned:
+            return ids[0]
+    return None
 
 
 def _text(text: str) -> Part:
