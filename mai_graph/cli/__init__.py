@@ -23,6 +23,7 @@ from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import BackendError, ConfigError, MAIError, shown
 from mai_graph.jsonin import json_or_text, parse_json
 from mai_graph.pair import DEFAULT_PAIR, PAIRS
+from mai_graph.results import RESULTS_HELP, command_line, recording
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 EXIT_INTERNAL = 70
@@ -222,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show engine logs (info level, on stderr) and library warnings "
         "(also: MAI_GRAPH_VERBOSE=1)",
+    )
+    parser.add_argument(
+        "--results",
+        metavar="FILE",
+        help=RESULTS_HELP,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -432,7 +438,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_engines()
     try:
         tracing.configure_from_env()  # MAI_GRAPH_OTEL=otlp: spans over OTLP/HTTP
-        return int(args.func(args))
+        with recording(
+            args.results,
+            command=command_line(["mai-graph"], sys.argv[1:] if argv is None else argv),
+        ) as rec:
+            args.recording = rec
+            code = int(args.func(args))
+            rec.ok = code == EXIT_OK
+        return code
     except BackendError as exc:
         print(f"mai-graph: backend error: {exc}", file=sys.stderr)
         return EXIT_BACKEND
