@@ -10,7 +10,10 @@ blocks below are written from the code:
 - ``pair-default`` in README.md: the default trained pair's measured accuracy and latency (its
   manifest's ``evaluation``);
 - ``pair-v3`` in docs/tiny-pair.md: the v3 pair's measured tables (its manifest, and the
-  sparsification ablation in ``ablation.json`` beside it).
+  sparsification ablation in ``ablation.json`` beside it);
+- ``recorded:NAME`` in any page: what a command printed, from the results file
+  ``docs/results/NAME.json`` it wrote (``--results``), with its command, versions, machine and
+  date (see :mod:`mai_graph.results`).
 
 Without arguments the stale blocks are rewritten (and named); ``--check`` writes nothing,
 names every stale block and exits 1 when there is one (tests/project/test_docs.py runs the check).
@@ -217,7 +220,51 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
 """(page relative to the checkout, block name) -> the function that writes the block."""
 
 
+RESULTS = ROOT / "docs" / "results"
+"""The results files measuring commands wrote (``--results FILE``); recorded blocks read them."""
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+_RECORDED = re.compile(r"<!-- begin:recorded:([\w.-]+) -->")
+
+
+def describe_machine(results: dict[str, Any]) -> str:
+    """``vLLM 0.32.0, 2-CPU AMD EPYC (Linux x86_64)``: what a record was measured with."""
+    m = results["machine"]
+    versions = results["versions"]
+    used = [f"{label} {versions[key]}" for key, label in (("vllm", "vLLM"), ("torch", "torch"))
+            if versions.get(key)]  # fmt: skip
+    device = m.get("accelerator") or f"{m.get('cpus')}-CPU {m.get('cpu')}"
+    return ", ".join([f"mai-graph {results['version']}", *used, f"{device} ({m['platform']})"])
+
+
+def recorded(name: str, page: str) -> str:
+    """The block of a recorded command: its command line, provenance and printed output."""
+    from mai_graph.results import read_results
+
+    path = RESULTS / f"{name}.json"
+    r = read_results(path)
+    link = path.relative_to(ROOT / Path(page).parent).as_posix() if page.startswith("docs/") \
+        else path.relative_to(ROOT).as_posix()  # fmt: skip
+    fence = "````" if any(line.startswith("```") for line in r["output"]) else "```"
+    return (
+        f"Recorded by `{r['command']}` ({describe_machine(r)}, {r['date'][:10]}; "
+        f"[{path.name}]({link})):\n\n{fence}text\n" + "\n".join(r["output"]) + f"\n{fence}\n"
+    )
+
+
+def blocks(root: Path = ROOT) -> dict[tuple[str, str], Callable[[], str]]:
+    """Every generated block: :data:`BLOCKS` and the recorded blocks the pages hold."""
+    found = dict(BLOCKS)
+    for page in PAGES:
+        path = root / page
+        if not path.is_file():
+            continue
+        for name in _RECORDED.findall(path.read_text()):
+            found[(page, f"recorded:{name}")] = lambda n=name, p=page: recorded(n, p)
+    return found
+
+
 def _pattern(name: str) -> re.Pattern[str]:
+    name = re.escape(name)
     return re.compile(rf"(<!-- begin:{name} -->\n)(.*?)(<!-- end:{name} -->)", re.DOTALL)
 
 
@@ -225,7 +272,7 @@ def update(root: Path = ROOT, *, write: bool = True) -> list[str]:
     """The blocks under ``root`` that differ from the code (``page: block``), each rewritten
     when ``write``; a page that lost a block is named too (and never written)."""
     stale = []
-    for (page, name), generate in BLOCKS.items():
+    for (page, name), generate in blocks(root).items():
         path = root / page
         text = path.read_text()
         match = _pattern(name).search(text)
