@@ -52,6 +52,7 @@ __all__ = [
     "machine",
     "numbers_in",
     "read_results",
+    "record",
     "recording",
     "write_results",
 ]
@@ -242,6 +243,17 @@ class Recording:
     data: dict[str, Any] = field(default_factory=dict)
     ok: bool = True
     """False when the command failed: nothing is written (a failed run measured nothing)."""
+
+
+def record(args: Any, key: str, value: Any) -> None:
+    """Add ``value`` under ``key`` to the results of a recorded command.
+
+    ``args`` are the command's parsed arguments: the CLI puts its :class:`Recording` on them as
+    ``recording`` under ``mai-graph --results FILE ...``; otherwise nothing is kept.
+    """
+    rec = getattr(args, "recording", None)
+    if isinstance(rec, Recording) and rec.path is not None:
+        rec.data[key] = value
 
 
 @contextmanager

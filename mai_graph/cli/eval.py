@@ -14,6 +14,7 @@ from typing import Any
 
 from mai_graph.context import MAIContext, load_settings
 from mai_graph.errors import ConfigError
+from mai_graph.results import record
 
 __all__ = ["load_context_file", "register"]
 
@@ -122,6 +123,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     report = build_report(records, latency_model=predictor, prices=prices)
     written = write_report(report, out, plots=not args.no_plots)
+    record(args, "report", report)
     print(format_table(report))
     print()
     for problem in records.problems:
@@ -230,6 +232,7 @@ def _ablation(args: argparse.Namespace, out: Path) -> int:
     result["backend"] = args.backend
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    record(args, "ablation", result)
     table = format_ablation(result)
     (out / "ablation.md").write_text(f"# Sparsification ablation\n\n{table}\n", encoding="utf-8")
     print(table)
@@ -263,6 +266,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
         plots = plot_calibration(data, out)
     (out / "calibration.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    record(args, "calibration", data)
     (out / "calibration.md").write_text(_calibration_md(data, plots), encoding="utf-8")
     print(_calibration_text(data))
     if result.chosen is None:

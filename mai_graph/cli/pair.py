@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from mai_graph.pair import DEFAULT_PAIR, PAIRS
+from mai_graph.results import record
 
 __all__ = ["register"]
 
@@ -31,6 +32,7 @@ def _cmd_pair(args: argparse.Namespace) -> int:
         print(root)
         return 0
     manifest = read_manifest(root)
+    record(args, "manifest", manifest)  # the figures the pair's tables quote
     problems = verify_pair(root)
     models = manifest["models"]
     print(f"trained pair ({manifest.get('task', 'v1')}): {root}")

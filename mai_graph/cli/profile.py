@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from mai_graph.errors import ConfigError
 from mai_graph.latency.model import LatencyModel, Workload
+from mai_graph.results import record
 
 __all__ = ["register"]
 
@@ -119,6 +120,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         path = model.save(args.out)
         print(f"latency model: {path}", file=sys.stderr)
     workload = _workload_from(args, model.workload)
+    record(args, "predictions", predictions(model, workload, rates, args.s2_exit_rate))
     if args.json:
         print(json.dumps(predictions(model, workload, rates, args.s2_exit_rate), indent=1))
     else:

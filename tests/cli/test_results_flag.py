@@ -1,0 +1,39 @@
+"""``mai-graph --results FILE``: a command's printed output and figures, with provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mai_graph.cli import EXIT_OK, main
+from mai_graph.errors import ConfigError
+from mai_graph.results import FIELDS, numbers_in, read_results, write_results
+
+
+def test_a_recorded_command_keeps_what_it_printed_and_its_figures(tmp_path, capsys):
+    path = tmp_path / "results" / "pair-v2.json"
+    assert main(["--results", str(path), "pair", "--pair", "v2"]) == EXIT_OK
+    printed = capsys.readouterr().out.splitlines()
+    r = read_results(path)
+    assert set(FIELDS) <= set(r)
+    assert r["command"] == "mai-graph pair --pair v2"  # as a reader would type it again
+    assert r["output"] == printed
+    assert r["data"]["manifest"]["task"] == "v2"
+    assert r["machine"]["cpus"] and r["date"].endswith("+00:00")
+    assert 94.7 in numbers_in(r)  # the large model's held-out accuracy, as printed
+
+
+def test_a_failed_command_records_nothing(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert main(["--results", str(path), "pair", "--dir", str(tmp_path / "none")]) != EXIT_OK
+    assert not path.exists()
+
+
+def test_a_results_file_is_strict_json_and_checked_when_read(tmp_path):
+    with pytest.raises(ConfigError, match="finite numbers"):
+        write_results(tmp_path / "nan.json", command="x", output=[], data={"v": float("nan")})
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"command": "x", "output": []}))
+    with pytest.raises(ConfigError, match="lacks version"):
+        read_results(partial)
