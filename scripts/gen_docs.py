@@ -211,7 +211,41 @@ def pair_tables(name: str = "v3") -> str:
     return "\n".join(out) + "\n"
 
 
+def paper_beside_pairs() -> str:
+    """The paper's headline claims beside what the trained pairs measured here (their
+    manifests' evaluations): accuracy and mean latency of MAI, ``large_cot`` and the large
+    model's short answer (docs/evaluation.md)."""
+    from mai_graph.pair import PAIRS, read_manifest
+
+    measured = []
+    for name in PAIRS:
+        ev = read_manifest(name).get("evaluation")
+        if ev:
+            measured.append((name, ev))
+    head = "| | the paper (Qwen3-VL pairs, GPU; reported, not measured here) | " + " | ".join(
+        f"pair {n} here ({ev['n']} held-out, {ev['engine']} CPU)" for n, ev in measured
+    )
+    rows = [head + " |", "|---|---|" + "---|" * len(measured)]
+
+    def row(label: str, paper: str, cell: Callable[[dict[str, Any]], str]) -> None:
+        cells = [cell(ev["policies"]) for _, ev in measured]
+        rows.append(f"| {label} | {paper} | " + " | ".join(cells) + " |")
+
+    def speed(p: dict[str, Any], other: str) -> str:
+        ratio = p[other]["mean_latency_ms"] / p["mai"]["mean_latency_ms"]
+        return f"{ratio:.2f}x" + (" (MAI slower)" if ratio < 1 else "")
+
+    row("MAI vs the large model reasoning (`large_cot`): accuracy", "approaches it",
+        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large_cot']['accuracy'])}")
+    row("MAI speedup over `large_cot` (mean latency)", "up to 8x", lambda p: speed(p, "large_cot"))
+    row("MAI vs the large model's short answer: accuracy", "-",
+        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large']['accuracy'])}")
+    row("MAI speedup over the large short answer", "-", lambda p: speed(p, "large"))  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
+    ("docs/evaluation.md", "paper-beside-pairs"): paper_beside_pairs,
     ("docs/settings.md", "settings"): settings,
     ("docs/engines.md", "backends"): backends,
     ("README.md", "pair-default"): pair_default,
