@@ -14,9 +14,11 @@ the input that was slowest.
 
 import argparse
 import statistics
+import sys
 import time
 
 from mai_graph.answers import extract_answer
+from mai_graph.results import RESULTS_HELP, command_line, recording
 
 CARS = ["a red car", "a blue bus", "a green bike", "a yellow truck"]
 
@@ -125,8 +127,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (median)")
     parser.add_argument("--size", type=int, default=100_000, help="long input length")
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
     args = parser.parse_args()
+    command = command_line(["python", "benchmarks/answers.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        measure(args, rec.data)
 
+
+def measure(args: argparse.Namespace, data: dict) -> None:
+    """Print both tables; put their figures in ``data`` (µs and ms, as printed)."""
+    typical, long = data.setdefault("typical", {}), data.setdefault("long", {"size": args.size})
     print("typical outputs: median time per call")
     print(f"{'kind':8} {'outputs':>8} {'median µs':>10} {'max µs':>10}")
     for kind, texts in TYPICAL.items():
@@ -141,6 +151,7 @@ def main() -> None:
         ]
         median, worst = statistics.median(per_text) * 1e6, max(per_text) * 1e6
         print(f"{kind:8} {len(texts):8d} {median:10.1f} {worst:10.1f}")
+        typical[kind] = {"outputs": len(texts), "median_us": median, "max_us": worst}
 
     long_inputs = adversarial(args.size)
     print(f"\nlong inputs ({args.size:,} chars, {len(long_inputs)} kinds): worst time per call")
@@ -154,6 +165,11 @@ def main() -> None:
         slowest = max(times, key=times.__getitem__)
         median = statistics.median(times.values())
         print(f"{kind:8} {times[slowest] * 1e3:9.1f} {median * 1e3:10.1f}  {slowest}")
+        long[kind] = {
+            "worst_ms": times[slowest] * 1e3,
+            "median_ms": median * 1e3,
+            "slowest": slowest,
+        }
 
 
 if __name__ == "__main__":

@@ -14,16 +14,37 @@ large model's transfer call read from the engine's cache. The measuring code is
 
 import argparse
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-from mai_graph.latency.bench import format_bench, measure
+from mai_graph.latency.bench import BenchResult, format_bench, measure
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.tiny.build import tiny_backends
 from mai_graph.tiny.demo import demo_image
 
 
-async def main(args):
+def figures(r: BenchResult) -> dict:
+    """The headline figures as numbers (ms, tok/s, ratios, shares)."""
+    out: dict = {
+        "latency_ms": {route: wall * 1e3 for route, wall in r.latency.items()},
+        "speedup_vs_large_cot": {route: r.speedup(route) for route in r.latency},
+        "decode_tok_s": dict(r.decode_tok_s),
+        "s2_cached_share": r.s2_cached_share,
+        "transfer_cached_share": r.transfer_cached_share,
+    }
+    if r.concurrency:
+        out["concurrency"] = {
+            "runs": r.concurrency,
+            "sequential_s": r.sequential_s,
+            "concurrent_s": r.concurrent_s,
+            "ratio": r.concurrency_ratio,
+        }
+    return out
+
+
+async def main(args) -> dict:
     if args.backend == "transformers":
         import torch
 
@@ -38,6 +59,7 @@ async def main(args):
     finally:
         shutdown_backends(small, large)
     print(format_bench(result, f"backend: {args.backend}; tiny Qwen3-VL pair (random weights)"))
+    return figures(result)
 
 
 if __name__ == "__main__":
@@ -46,4 +68,8 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/engines.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))

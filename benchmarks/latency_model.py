@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.latency.profile import Fresh, format_model, fresh_run, profile_pair
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.tiny.build import tiny_backends
 
 ROUTES = ("agree", "extract_agree", "transfer", "small", "large", "small_cot", "large_cot")
@@ -43,19 +44,19 @@ class _Call:
         self.generated_tokens = m["generated_tokens"]
 
 
-async def main(args):
+async def main(args) -> dict:
     small, large = tiny_backends("vllm", args.dir)
     t0 = time.perf_counter()
     await start_backends(small, large)
     print(f"engines started in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            await run(args, small, large, Path(tmp))
+            return await run(args, small, large, Path(tmp))
     finally:
         shutdown_backends(small, large)
 
 
-async def run(args, small, large, folder):
+async def run(args, small, large, folder) -> dict:
     def say(line):
         print(line, file=sys.stderr, flush=True)
 
@@ -100,6 +101,7 @@ async def run(args, small, large, folder):
     print(head)
     print("-" * len(head))
     within = []
+    data: dict = {"cot_tokens": args.cot_tokens, "rounds": args.rounds, "routes": {}}
     for route in ROUTES:
         pw = model.predict_route(route, workload)
         pc = model.predict_route(route, workload, wall=False)
@@ -108,6 +110,11 @@ async def run(args, small, large, folder):
         ew, ec = (pw - mw) / mw, (pc - mc) / mc
         ok = abs(ew) <= TOLERANCE and abs(ec) <= TOLERANCE
         within.append(ok)
+        data["routes"][route] = {
+            "wall_modelled_ms": pw * 1e3, "wall_measured_ms": mw * 1e3, "wall_error": ew,
+            "path_modelled_ms": pc * 1e3, "path_measured_ms": mc * 1e3, "path_error": ec,
+            "from_calls_ms": fc * 1e3, "within_15": ok,
+        }  # fmt: skip
         print(
             f"{route:<14} {pw * 1e3:>11.0f} ms {mw * 1e3:>6.0f} ms {ew:>+7.1%}   "
             f"{pc * 1e3:>20.0f} ms {mc * 1e3:>6.0f} ms {ec:>+7.1%}  {fc * 1e3:>7.0f} ms"
@@ -132,11 +139,14 @@ async def run(args, small, large, folder):
         )
     verdict = "met" if all(within) else "NOT met"
     print(f"goal every route within 15% (wall and critical path): {verdict}")
+    data["goal_met"] = all(within)
+    data["unsteady"] = unsteady
     shapes = workload.calls("transfer")
     print("transfer route calls (modelled):")
     for c in shapes:
         print(f"  {c.node:<8} {c.role:<6} uncached {c.uncached:>4} cached {c.cached:>4} "
               f"generated {c.generated:>4} -> {model.call_time(c) * 1e3:6.1f} ms")  # fmt: skip
+    return data
 
 
 if __name__ == "__main__":
@@ -145,4 +155,8 @@ if __name__ == "__main__":
     parser.add_argument("--cot-tokens", type=int, default=300)
     parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
     parser.add_argument("--out", help="save the profiled model as JSON")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/latency_model.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))

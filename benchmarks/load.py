@@ -29,6 +29,7 @@ import psutil
 from mai_graph import MAIContext, arun
 from mai_graph.backends.fake import ScriptedBackend
 from mai_graph.backends.steered import SteeredBackend
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.tiny.build import draw_scene
 
 QUESTION = "Which colour is the large square in the centre of the image?"
@@ -72,9 +73,10 @@ async def wave(n: int, pairs: list[tuple[object, object]], image: Path, ctx: MAI
     return latencies, failures, wall
 
 
-def report(name: str, rows: list[dict], max_growth_mb: float) -> bool:
-    """Print the waves; True if no run failed and this process's memory stayed flat."""
+def report(name: str, rows: list[dict], max_growth_mb: float, data: dict) -> bool:
+    """Print the waves (figures into ``data``); True if no run failed and memory stayed flat."""
     engines = "engines" in rows[0]
+    waves = data.setdefault("waves", [])
     print(f"\n{name}")
     print("  wave  runs  fail   p50 ms   p90 ms   p99 ms   max ms  runs/s   RSS MB"
           + ("  engines MB" if engines else ""))  # fmt: skip
@@ -86,21 +88,29 @@ def report(name: str, rows: list[dict], max_growth_mb: float) -> bool:
             f"{r['n'] / r['wall']:>7.1f} {r['rss']:>8.1f}"
             + (f" {r['engines']:>11.1f}" if engines else "")
         )
+        figures = {"runs": r["n"], "failures": len(r["failures"]), "p50_ms": pct(lat, 50),
+                   "p90_ms": pct(lat, 90), "p99_ms": pct(lat, 99), "max_ms": max(lat),
+                   "runs_per_s": r["n"] / r["wall"], "rss_mb": r["rss"]}  # fmt: skip
+        if engines:
+            figures["engines_mb"] = r["engines"]
+        waves.append(figures)
         for failure in r["failures"][:3]:
             print(f"        {failure}")
     failures = sum(len(r["failures"]) for r in rows)
     growth = rows[-1]["rss"] - rows[0]["rss"] if len(rows) > 1 else 0.0
     print(f"  failures: {failures} of {sum(r['n'] for r in rows)} runs")
+    data.update(failures=failures, runs=sum(r["n"] for r in rows), rss_growth_mb=growth)
     print(f"  this process's memory, end of wave 1 -> last: {growth:+.1f} MB "
           f"(bound {max_growth_mb:g} MB)")  # fmt: skip
     if engines and len(rows) > 1:
         steps = [b["engines"] - a["engines"] for a, b in zip(rows, rows[1:])]
         print(f"  engine processes' memory, per wave after the first: "
               f"{', '.join(f'{d:+.1f}' for d in steps)} MB")  # fmt: skip
+        data["engines_growth_mb"] = steps
     return failures == 0 and growth <= max_growth_mb
 
 
-async def fake_part(args: argparse.Namespace, image: Path) -> bool:
+async def fake_part(args: argparse.Namespace, image: Path, data: dict) -> bool:
     def pair(short_small: str, short_large: str) -> tuple[ScriptedBackend, ScriptedBackend]:
         small = ScriptedBackend({"short": short_small, "cot": REASONING, "s2": "C"},
                                 name="fake-small", latency=args.latency)  # fmt: skip
@@ -121,10 +131,10 @@ async def fake_part(args: argparse.Namespace, image: Path) -> bool:
         rows.append(dict(n=args.fake, latencies=latencies, failures=failures, wall=wall,
                          rss=rss_mb(me)))  # fmt: skip
     return report(f"fakes: {args.fake} concurrent runs per wave, {args.latency * 1000:.0f} ms "
-                  "per call; RSS of this process", rows, args.max_growth_mb)  # fmt: skip
+                  "per call; RSS of this process", rows, args.max_growth_mb, data)  # fmt: skip
 
 
-async def engine_part(args: argparse.Namespace, image: Path) -> bool:
+async def engine_part(args: argparse.Namespace, image: Path, data: dict) -> bool:
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.tiny.build import tiny_backends
 
@@ -133,7 +143,8 @@ async def engine_part(args: argparse.Namespace, image: Path) -> bool:
     ok = True
     try:
         await start_backends(small, large)
-        print(f"\nstarted the tiny vLLM pair in {time.perf_counter() - start:.0f} s")
+        data["start_s"] = time.perf_counter() - start
+        print(f"\nstarted the tiny vLLM pair in {data['start_s']:.0f} s")
         pairs = [
             (SteeredBackend(small, {"short": ["A"]}), SteeredBackend(large, {"short": ["A"]})),
             (SteeredBackend(small, {"short": ["A"], "s2": ["C"]}),
@@ -151,9 +162,11 @@ async def engine_part(args: argparse.Namespace, image: Path) -> bool:
                              rss=rss_mb(me), engines=rss_mb(engine_pids)))  # fmt: skip
         ok = report(f"tiny vLLM pair: {args.engine} concurrent runs per wave, "
                     f"{args.cot_tokens}-token reasoning; RSS of this process and of the "
-                    f"{len(engine_pids)} engine processes", rows, args.max_growth_mb)  # fmt: skip
+                    f"{len(engine_pids)} engine processes", rows, args.max_growth_mb,
+                    data)  # fmt: skip
         busy = [b.name for b in (small, large) if b.running_requests() or not await b.engine_idle()]
         print(f"  requests left in the engines after the waves: {busy or 'none'}")
+        data["busy_engines"] = busy
         ok = ok and not busy
     finally:
         start = time.perf_counter()
@@ -162,17 +175,19 @@ async def engine_part(args: argparse.Namespace, image: Path) -> bool:
     left = [p for p in engine_pids if psutil.pid_exists(p)
             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
     print(f"  shutdown: {took:.1f} s, engine processes left: {len(left)}")
+    data.update(shutdown_s=took, engine_processes_left=len(left))
     return ok and not left
 
 
-async def main(args: argparse.Namespace) -> int:
+async def main(args: argparse.Namespace, data: dict) -> int:
+    """Run the parts; their figures go into ``data`` (``fakes``, ``engines``)."""
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         image = draw_scene(Path(tmp) / "scene.png")
         if args.fake:
-            ok = await fake_part(args, image) and ok
+            ok = await fake_part(args, image, data.setdefault("fakes", {})) and ok
         if args.engine and not args.no_engine:
-            ok = await engine_part(args, image) and ok
+            ok = await engine_part(args, image, data.setdefault("engines", {})) and ok
     print("\nresult:", "ok" if ok else "FAILED (see above)")
     return 0 if ok else 1
 
@@ -188,4 +203,10 @@ if __name__ == "__main__":
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, s (a hang fails)")
     parser.add_argument("--max-growth-mb", type=float, default=64.0)
     parser.add_argument("--tiny-dir", default=None, help="the tiny pair (default: cache)")
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/load.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        code = asyncio.run(main(args, rec.data))
+        rec.ok = code == 0  # a failed run measured nothing: no results file
+    sys.exit(code)

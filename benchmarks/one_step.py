@@ -13,6 +13,7 @@ answer is the same both ways, and the generated tokens.
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +25,10 @@ from mai_graph.engines.select import backends_for
 from mai_graph.eval.datasets import load_dataset
 from mai_graph.eval.synthetic import make_synthetic
 from mai_graph.pair import PAIRS, trained_pair_paths
+from mai_graph.results import RESULTS_HELP, command_line, recording
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> dict:
     small_dir, large_dir = trained_pair_paths(PAIRS[args.pair])
     with tempfile.TemporaryDirectory() as tmp:
         data = load_dataset(make_synthetic(Path(tmp) / "data", n=args.items * 3, seed=4242,
@@ -73,9 +75,15 @@ async def main(args: argparse.Namespace) -> None:
           f"questions x {args.rounds} rounds, medians per call:")  # fmt: skip
     print(f"  {'model':<6} {'one step ms':>12} {'generated ms':>13} {'ratio':>6} "
           f"{'same answer':>12} {'tokens':>12}")  # fmt: skip
+    data: dict = {"questions": len(bounded), "rounds": args.rounds, "models": {}}
     for name, a, b, same, t1, t2 in rows:
         print(f"  {name:<6} {a * 1e3:>12.1f} {b * 1e3:>13.1f} {a / b:>6.2f} {same:>12.1%} "
               f"{t1:>5.1f} / {t2:<5.1f}")  # fmt: skip
+        data["models"][name] = {
+            "one_step_ms": a * 1e3, "generated_ms": b * 1e3, "ratio": a / b, "same_answer": same,
+            "tokens_one_step": t1, "tokens_generated": t2,
+        }  # fmt: skip
+    return data
 
 
 if __name__ == "__main__":
@@ -83,4 +91,8 @@ if __name__ == "__main__":
     parser.add_argument("--pair", default="v2", choices=sorted(PAIRS))
     parser.add_argument("--items", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=5)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/one_step.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))

@@ -43,6 +43,7 @@ from mai_graph.nodes.prepare import make_prepare
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import sparsify
 from mai_graph.nodes.verify import verify
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.scoring import default_scorers, split_pieces
 
 REASONING = " ".join(
@@ -170,7 +171,7 @@ async def timed(fn, runs):
     return (time.perf_counter() - start) / runs
 
 
-async def main(runs: int, rounds: int) -> None:
+async def main(runs: int, rounds: int) -> dict:
     ctx = MAIContext()
     state = {
         "question": "Which colour is the square?",
@@ -180,6 +181,7 @@ async def main(runs: int, rounds: int) -> None:
         f"{'route':<10} {'graph ms':>9} {'plain ms':>9} {'floor ms':>9} {'writes ms':>10}"
         f" {'graph/floor':>12} {'sync edges ms':>14}   where the graph's time goes"
     )
+    data: dict = {}
     for route, (small_table, large_table) in ROUTES.items():
         small, large = ZeroBackend("small", small_table), ZeroBackend("large", large_table)
         graph = create_mai_graph(small, large).compile()
@@ -209,12 +211,18 @@ async def main(runs: int, rounds: int) -> None:
             f" {g / f:>11.2f}x {m['sync'] * 1e3:>14.3f}   floor {f / g:.0%}, its state"
             f" writes {(w - f) / g:.0%}, the nodes' work {p / g:.0%}, the rest {rest / g:.0%}"
         )
+        data[route] = {
+            "graph_ms": g * 1e3, "plain_ms": p * 1e3, "floor_ms": f * 1e3, "writes_ms": w * 1e3,
+            "graph_over_floor": g / f, "sync_edges_ms": m["sync"] * 1e3,
+            "shares": {"floor": f / g, "writes": (w - f) / g, "nodes": p / g, "rest": rest / g},
+        }  # fmt: skip
     print(
         "floor: the same shape, nodes that do nothing; writes: those nodes returning the MAI"
         " nodes' updates;\nsync edges: the floor with plain sync routers (LangGraph runs them in"
         " a thread under ainvoke);\nthe rest: graph - writes - plain (the node wrapper, schemas,"
         " the metrics reducer, noise)."
     )
+    return data
 
 
 @contextlib.contextmanager
@@ -240,15 +248,18 @@ def _otlp_provider(tmp: Path):
             provider.shutdown()
 
 
-async def tracing_cost(runs: int, rounds: int) -> None:
-    """Graph runs with tracing off vs on, interleaved; and the off-path hooks, timed alone."""
+async def tracing_cost(runs: int, rounds: int) -> dict:
+    """Graph runs with tracing off vs on, interleaved; and the off-path hooks, timed alone.
+
+    Returns the figures (empty without the ``otel`` extra; no OTLP figures without a receiver).
+    """
     try:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     except ImportError:
         print("\ntracing: not measured (pip install 'mai-graph[otel]')")
-        return
+        return {}
     from mai_graph import GenerationRequest, llm_runs, tracing
     from mai_graph.nodes._common import call, offline
 
@@ -257,6 +268,7 @@ async def tracing_cost(runs: int, rounds: int) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
+    data: dict = {"routes": {}}
     with tempfile.TemporaryDirectory() as tmp, _otlp_provider(Path(tmp)) as otlp:
         print(
             f"\n{'route':<10} {'off ms':>8} {'memory ms':>10} {'otlp ms':>8} "
@@ -284,6 +296,12 @@ async def tracing_cost(runs: int, rounds: int) -> None:
                 f"{route:<10} {a * 1e3:>8.3f} {b * 1e3:>10.3f} {c * 1e3:>8.3f} "
                 f"{b / a:>11.2f} {c / a:>9.2f} {spans:>10.1f}"
             )
+            row = data["routes"][route] = {
+                "off_ms": a * 1e3, "memory_ms": b * 1e3, "memory_over_off": b / a,
+                "spans_per_run": spans,
+            }  # fmt: skip
+            if wire:  # no NaN in a results file: without a receiver, no OTLP figures
+                row.update(otlp_ms=c * 1e3, otlp_over_off=c / a)
     # Tracing off: what its hooks cost, one model call's worth (a node span check and a call's).
     tracing.disable()
     request = GenerationRequest(({"role": "user", "content": [{"type": "text", "text": "x"}]},), 1)
@@ -310,12 +328,17 @@ async def tracing_cost(runs: int, rounds: int) -> None:
         f"tracing off, per model call: the hooks {hooks * 1e6:.2f} us (a call with its record "
         f"and events {t_call * 1e6:.1f} us, the backend alone {t_bare * 1e6:.1f} us)"
     )
+    data["off_per_call_us"] = {"hooks": hooks * 1e6, "call": t_call * 1e6, "backend": t_bare * 1e6}
+    return data
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.rounds))
-    asyncio.run(tracing_cost(args.runs, args.rounds))
+    command = command_line(["python", "benchmarks/overhead.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data["routes"] = asyncio.run(main(args.runs, args.rounds))
+        rec.data["tracing"] = asyncio.run(tracing_cost(args.runs, args.rounds))

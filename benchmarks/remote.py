@@ -44,6 +44,7 @@ from mai_graph.backends.recording import RecordingBackend  # noqa: E402
 from mai_graph.backends.render import common_prefix  # noqa: E402
 from mai_graph.backends.steered import SteeredBackend  # noqa: E402
 from mai_graph.backends.vllm import VLLMBackend  # noqa: E402
+from mai_graph.results import RESULTS_HELP, command_line, recording  # noqa: E402
 from mai_graph.tiny.build import build_tiny_pair, draw_scene  # noqa: E402
 from tests.cluster import finished, metric, replicas, router, tokenize  # noqa: E402
 
@@ -297,6 +298,7 @@ class Settings:
     rounds: int
     cot: int
     json: str | None
+    results: str | None
 
 
 if __name__ == "__main__":
@@ -308,8 +310,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="batches per replica count")
     parser.add_argument("--cot", type=int, default=64, help="forced reasoning tokens")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
     args = parser.parse_args()
-    results = asyncio.run(main(args))
-    report(results)
+    command = command_line(["python", "benchmarks/remote.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        results = asyncio.run(main(args))
+        report(results)
+        rec.data.update(overhead=results["overhead"], scale_out=results["scale_out"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

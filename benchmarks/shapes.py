@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import itertools
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from PIL import Image, ImageDraw
 from mai_graph import MAIContext, arun
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.render import common_prefix, media_ids, render
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.tiny.build import tiny_backends
 from mai_graph.tiny.demo import DEMO_OPTIONS, DEMO_QUESTION, demo_image
 
@@ -151,7 +153,7 @@ def scenarios(small, large, media):
     }
 
 
-async def main(args):
+async def main(args) -> dict:
     if args.backend == "transformers":
         import torch
 
@@ -166,12 +168,12 @@ async def main(args):
                 "images": pictures(root),
                 "video": clip(root),
             }
-            await run_benchmark(args, small, large, media)
+            return await run_benchmark(args, small, large, media)
     finally:
         shutdown_backends(small, large)
 
 
-async def run_benchmark(args, small, large, media):
+async def run_benchmark(args, small, large, media) -> dict:
     table = {k: v for k, v in scenarios(small, large, media).items() if args.only in k}
     for go in table.values():  # warm-up: first-use costs (processors, kernels) are not measured
         await go()
@@ -198,15 +200,25 @@ async def run_benchmark(args, small, large, media):
     head = (f"{'shape: route':<26} {'ended':<15} {'latency ms':>10} {'calls':>6} "
             f"{'prompt tok':>10} {'S2 cached':>10} {'transfer cached':>16}")  # fmt: skip
     print(head)
+    data: dict = {"repeats": args.repeats, "shapes": {}}
     for name, row in rows.items():
         s2 = f"{statistics.median(row['s2']):.1%}" if row["s2"] else "-"
         tr = f"{statistics.median(row['transfer']):.1%}" if row["transfer"] else "-"
         print(f"{name:<26} {row['route']:<15} {statistics.median(row['wall']) * 1e3:>10.0f} "
               f"{row['calls']:>6} {row['prompt']:>10} {s2:>10} {tr:>16}")  # fmt: skip
+        shape = data["shapes"][name] = {
+            "ended": row["route"], "latency_ms": statistics.median(row["wall"]) * 1e3,
+            "calls": row["calls"], "prompt_tokens": row["prompt"], "defused": row["defused"],
+        }  # fmt: skip
+        if row["s2"]:
+            shape["s2_cached_share"] = statistics.median(row["s2"])
+        if row["transfer"]:
+            shape["transfer_cached_share"] = statistics.median(row["transfer"])
     held = [f"{name} {row['defused']}/{len(row['s2'])}" for name, row in rows.items()
             if row["defused"]]  # fmt: skip
     print("\nS2 calls whose spliced reasoning held an image/video placeholder (random weights;")
     print(f"replaced, so the cache serves S2 only up to it): {', '.join(held) or 'none'}")
+    return data
 
 
 if __name__ == "__main__":
@@ -215,4 +227,8 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="tiny pair folder (default: cache)")
     parser.add_argument("--only", default="", help="run the shapes whose name contains this")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/shapes.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))

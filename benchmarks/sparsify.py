@@ -15,6 +15,7 @@ here (``--force-keep`` turns them on): random-weight text is full of digits and 
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from mai_graph.nodes.answer import answer
 from mai_graph.nodes.baseline import baseline
 from mai_graph.nodes.reason import reason
 from mai_graph.nodes.sparsify import same_tokenizer, sparsify
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.scoring import AttentionScorer, default_scorers
 from mai_graph.tiny.build import tiny_backends
 from mai_graph.tiny.demo import DEMO_OPTIONS, demo_image
@@ -45,7 +47,7 @@ RATIOS = (0.1, 0.2, 0.4, 1.0)
 STRATEGIES: tuple[SparsifyStrategy, ...] = ("surprisal", "attention", "relevance", "none")
 
 
-async def main(args):
+async def main(args) -> dict:
     if args.backend == "transformers":
         import torch
 
@@ -58,12 +60,12 @@ async def main(args):
     try:
         with tempfile.TemporaryDirectory() as tmp:
             image = image_ref(demo_image(Path(tmp) / "bench.png"))
-            await run(args, small, large, scorers, image)
+            return await run(args, small, large, scorers, image)
     finally:
         shutdown_backends(small, large)
 
 
-async def run(args, small, large, scorers, image):
+async def run(args, small, large, scorers, image) -> dict:
     base = MAIContext(cot_max_tokens=args.cot, cot_min_tokens=args.cot, constrain_choices=False)
     share_ids = await same_tokenizer(small, large)
     lineup = Lineup.of(small, large)
@@ -99,7 +101,8 @@ async def run(args, small, large, scorers, image):
                 statistics.median(v) for v in (scoring, prompt, latency, kept)
             ]
 
-    await attention_paths(scorers["attention"], states, base)
+    data: dict = {"texts": len(states), "cot_tokens": args.cot, "strategies": {}}
+    data["attention_scoring"] = await attention_paths(scorers["attention"], states, base)
     print(f"backend: {args.backend}; {len(states)} reasoning texts of {args.cot} tokens; "
           f"token ids transferred: {share_ids}; medians\n")  # fmt: skip
     head = (f"{'strategy':<10} {'ratio':>5} {'kept':>5} {'scoring ms':>11} {'answer prefill':>15}"
@@ -108,17 +111,24 @@ async def run(args, small, large, scorers, image):
     for (strategy, ratio), (s, p, t, k) in rows.items():
         print(f"{strategy:<10} {ratio:>5.1f} {k:>5.0f} {s * 1e3:>11.2f} {p:>15.0f} {t * 1e3:>10.1f}"
               f" {s / t:>13.1%}")  # fmt: skip
+        data["strategies"].setdefault(strategy, {})[f"{ratio:.1f}"] = {
+            "kept_tokens": k, "scoring_ms": s * 1e3, "answer_prefill_tokens": p,
+            "answer_ms": t * 1e3, "scoring_share": s / t,
+        }  # fmt: skip
     default = MAIContext().sparsify
     s, _, t, _ = rows[(default, MAIContext().keep_ratio)]
     print(f"\ndefault ({default}, 0.2): scoring is {s / t:.1%} of the answer call "
           f"(goal <= 10%: {'met' if s / t <= 0.1 else 'NOT met'})")  # fmt: skip
+    data["default"] = {"strategy": default, "keep_ratio": MAIContext().keep_ratio,
+                       "scoring_share": s / t, "goal_met": s / t <= 0.1}  # fmt: skip
     ref = rows[("none", 1.0)]
     s, p, t, _ = rows[(default, 0.2)]
     print(f"answer call with vs without sparsification: {p:.0f} vs {ref[1]:.0f} prefilled tokens, "
           f"{t * 1e3:.1f} vs {ref[2] * 1e3:.1f} ms")  # fmt: skip
+    return data
 
 
-async def attention_paths(scorer, states, ctx):
+async def attention_paths(scorer, states, ctx) -> dict:
     """Time the attention scorer's cheap path (cold and warm cache) against a full eager pass."""
     import time
 
@@ -145,6 +155,7 @@ async def attention_paths(scorer, states, ctx):
         f"attention scoring: full eager pass {f:.1f} ms, cheap path {c:.1f} ms cold "
         f"({f / c:.1f}x faster), {w:.1f} ms with the prefix cached ({f / w:.1f}x faster)\n"
     )
+    return {"full_ms": f, "cold_ms": c, "warm_ms": w, "cold_speedup": f / c, "warm_speedup": f / w}
 
 
 if __name__ == "__main__":
@@ -160,4 +171,8 @@ if __name__ == "__main__":
         help="keep digits / option letters / negations (off: random-weight text is full of "
         "digits, which would hide the keep ratios)",
     )
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
+    args = parser.parse_args()
+    command = command_line(["python", "benchmarks/sparsify.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))

@@ -14,15 +14,17 @@ import argparse
 import asyncio
 import math
 import statistics
+import sys
 import time
 
 from mai_graph import GenerationRequest
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.vllm import VLLMBackend
+from mai_graph.results import RESULTS_HELP, command_line, recording
 from mai_graph.tiny.build import build_tiny_pair
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> dict:
     small_dir, _ = build_tiny_pair(args.dir)
 
     def engine(label: str, stats: bool) -> VLLMBackend:
@@ -60,6 +62,10 @@ async def main(args: argparse.Namespace) -> None:
     print(f"  statistics on  {on * 1e3:8.1f} ms   (stage timings: prefill {stages['on']})")
     print(f"  statistics off {off * 1e3:8.1f} ms   (stage timings: prefill {stages['off']})")
     print(f"  on / off       {on / off:8.3f}   (geometric means of each variant's two engines)")
+    return {"engines_ms": {name: value * 1e3 for name, value in med.items()},
+            "on_ms": on * 1e3, "off_ms": off * 1e3, "on_over_off": on / off,
+            "stages_reported": {"on": stages["on"] is not None,
+                                "off": stages["off"] is not None}}  # fmt: skip
 
 
 if __name__ == "__main__":
@@ -68,5 +74,8 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--dir", default=None, help="where the tiny pair is (built if missing)")
+    parser.add_argument("--results", metavar="FILE", help=RESULTS_HELP)
     args = parser.parse_args()
-    asyncio.run(main(args))
+    command = command_line(["python", "benchmarks/stage_stats.py"], sys.argv[1:])
+    with recording(args.results, command=command) as rec:
+        rec.data.update(asyncio.run(main(args)))
