@@ -366,14 +366,23 @@ def command_key(command: str) -> tuple[tuple[str, ...] | None, str]:
     return tuple(key), ""
 
 
-def recorded_by(key: tuple[str, ...]) -> list[tuple[str, dict]]:
-    """The results files in :data:`RESULTS_DIR` whose command is ``key``'s."""
+def _in_order(needle: list[str], hay: list[str]) -> bool:
+    it = iter(hay)
+    return all(any(w == h for h in it) for w in needle)
+
+
+def recorded_by(key: tuple[str, ...], command: str = "") -> list[tuple[str, dict]]:
+    """The results files in :data:`RESULTS_DIR` whose command is ``key``'s and holds every
+    word ``command`` gives (its flags and values, placeholders aside), in order."""
+    given = [w for w in _words(command) if not _placeholder(w)]
+    given = given[given.index(key[-1]) + 1 :] if key[-1] in given else []
     return [
         (name, body)
         for name, body in _results(RESULTS_DIR).items()
         if isinstance(body, dict)
         and command_key(body["command"])[0] is not None
         and command_key(body["command"])[0][: len(key)] == key
+        and _in_order(given, _words(body["command"]))
     ]
 
 
@@ -455,13 +464,16 @@ def backing(text: str) -> Backing:
             b.errors.append(f"names a command that does not exist: {why}")
             continue
         commands.append(command)
-        held = recorded_by(key)
+        held = recorded_by(key, command)
         if not held:
-            b.notes.append(
-                f"no results file in {_rel(RESULTS_DIR)} was recorded by `{' '.join(key)}`"
-            )
-        for name, body in held:
-            b.pools.append((f"results file {name} (recorded by `{' '.join(key)}`)", _numbers(body)))
+            b.notes.append(f"no results file in {_rel(RESULTS_DIR)} was recorded by `{command}`")
+        elif len(held) > 1:  # pooled, a number could match another run's by chance
+            b.notes.append(f"{len(held)} results files were recorded by `{command}` "
+                           f"({', '.join(n for n, _ in held)}): name the one that holds the "
+                           "figures")  # fmt: skip
+        else:
+            name, body = held[0]
+            b.pools.append((f"results file {name} (recorded by `{command}`)", _numbers(body)))
     for path, test in dict.fromkeys(_TEST.findall(visible)):
         if not (ROOT / path).is_file():
             continue  # reported as a missing file

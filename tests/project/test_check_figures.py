@@ -71,8 +71,21 @@ def test_a_command_whose_results_file_lacks_the_numbers_fails(checker, tmp_path)
     record(tmp_path, "eval.json", ["mai-graph", "eval", "--data", "d.jsonl"], ["MAI 7.2x 91%"])
     record(tmp_path, "demo.json", ["mai-graph", "demo"], ["MAI 8x 99%"])  # another command's
     problems = check(checker, tmp_path, f"{CLAIM} (`mai-graph eval --data FILE`).")
-    assert "results file eval.json (recorded by `mai-graph eval`) does not hold them" in problems
+    assert "results file eval.json (recorded by `mai-graph eval --data FILE`) does not hold them" \
+        in problems  # fmt: skip
     assert "8x, 99%" in problems
+
+
+def test_a_command_that_recorded_several_files_backs_nothing_until_one_is_named(checker, tmp_path):
+    """Pooling every run of `eval` would let a figure match another run's number by chance."""
+    record(tmp_path, "a.json", ["mai-graph", "eval", "--data", "a.jsonl"], ["MAI 8x 99%"])
+    record(tmp_path, "b.json", ["mai-graph", "eval", "--data", "b.jsonl"], ["MAI 2x 50%"])
+    problems = check(checker, tmp_path, f"{CLAIM} (`mai-graph eval`).")
+    assert "2 results files were recorded by `mai-graph eval`" in problems
+    assert not check(checker, tmp_path, f"{CLAIM} (`mai-graph eval --data a.jsonl`).")
+    assert "does not hold them" in check(
+        checker, tmp_path, f"{CLAIM} (`mai-graph eval --data b.jsonl`)."
+    )
 
 
 def test_a_named_results_file_that_lacks_the_numbers_or_is_none_fails(checker, tmp_path):
