@@ -9,8 +9,10 @@ blocks below are written from the code:
 - ``backends`` in docs/engines.md: every backend, its ``--backend`` name and capabilities;
 - ``pair-default`` in README.md: the default trained pair's measured accuracy and latency (its
   manifest's ``evaluation``);
-- ``pair-v3`` in docs/tiny-pair.md: the v3 pair's measured tables (its manifest, and the
-  sparsification ablation in ``ablation.json`` beside it);
+- ``pair-v1``, ``pair-v2``, ``pair-v3`` in docs/tiny-pair.md: a trained pair's measured
+  tables (its manifest, and the sparsification ablation in ``ablation.json`` beside it), and
+  ``pair-v1-models``, ``pair-v2-models``, ``pair-v3-models``: its two models (sizes, training
+  time and compute, decode speed);
 - ``recorded:NAME`` in any page: what a command printed, from the results file
   ``docs/results/NAME.json`` it wrote (``--results``), with its command, versions, machine and
   date (see :mod:`mai_graph.results`).
@@ -24,6 +26,7 @@ names every stale block and exits 1 when there is one (tests/project/test_docs.p
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections.abc import Callable
@@ -33,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the checkout's mai_graph
     sys.path.insert(0, str(ROOT))
+
+from mai_graph.errors import ConfigError  # noqa: E402 (after the path above)
 
 
 def _range(info: Any) -> str:
@@ -128,6 +133,59 @@ def pair_default() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _task(m: dict[str, Any]) -> str:
+    return m.get("task", "v1")  # v1's manifest predates the field (train-pair's default task)
+
+
+def _minutes(model: dict[str, Any]) -> str:
+    """Training wall time in minutes, one term per run (``38 + 30`` for a continued model)."""
+    runs = model.get("runs") or [model]
+    return " + ".join(f"{r['wall_s'] / 60:.0f}" for r in runs)
+
+
+def _flops(model: dict[str, Any]) -> str:
+    return f"{model['train_flops']:.1e} FLOPs".replace("e+", "e")
+
+
+def pair_models(name: str) -> str:
+    """A trained pair's two models side by side, from its manifest: sizes, what each sees,
+    training time, steps and compute, decode speed (docs/tiny-pair.md)."""
+    from mai_graph.pair import read_manifest
+
+    m = read_manifest(name)
+    speed = m["speed"]
+
+    def sees(x: dict[str, Any]) -> str:
+        side = x["spec"]["image_side"]  # 32 pixels per visual token a side (PairSpec)
+        tokens = (side // 32) ** 2
+        return f"{side}x{side} pixels, {tokens} visual token{'s' if tokens > 1 else ''}"
+
+    def tiny(x: dict[str, Any], key: str) -> Any:
+        return x["spec"]["tiny"][key]
+
+    decode = f"decode on {speed['engine']} (CPU), per token"
+    cells: dict[str, Callable[[dict[str, Any]], str]] = {
+        "language model": lambda x: f"{tiny(x, 'num_layers')} layers, width "
+                                    f"{tiny(x, 'hidden_size')}",
+        "picture seen as": sees,
+        "vision tower (random, frozen)": lambda x: f"{tiny(x, 'vision_depth')} blocks, width "
+                                                   f"{tiny(x, 'vision_hidden')}",
+        "parameters": lambda x: f"{x['parameters']:,}",
+        "training": lambda x: f"{_minutes(x)} min, {x['steps']:,} steps of {x['spec']['batch']}",
+        "training compute": _flops,
+        decode: lambda x: f"{speed[x['role']]['per_token_ms']:.1f} ms",
+    }  # fmt: skip
+    ratios = {"training compute": f"{m['compute_ratio_large_over_small']:.1f}x",
+              decode: f"{speed['ratio']:.2f}x"}  # fmt: skip
+    small, large = m["models"]["small"], m["models"]["large"]
+    rows = [f"Trained with `--task {_task(m)}`, seed {m['seed']}, from the manifest:", "",
+            "| | small | large |", "|---|---:|---:|"]  # fmt: skip
+    for label, cell in cells.items():
+        ratio = f" ({ratios[label]})" if label in ratios else ""
+        rows.append(f"| {label} | {cell(small)} | {cell(large)}{ratio} |")
+    return "\n".join(rows) + "\n"
+
+
 def pair_tables(name: str = "v3") -> str:
     """A trained pair's measured tables: short answers, policies, transfer, routes, gates and
     the sparsification ablation (docs/tiny-pair.md)."""
@@ -136,15 +194,7 @@ def pair_tables(name: str = "v3") -> str:
     from mai_graph.pair import PAIRS, read_manifest
 
     m = read_manifest(name)
-    models = m["models"]
     out = [
-        f"Trained with `--task {m['task']}`, seed {m['seed']}: small "
-        f"{models['small']['wall_s'] / 60:.0f} min ({models['small']['steps']:,} steps), large "
-        f"{models['large']['wall_s'] / 60:.0f} min ({models['large']['steps']:,} steps); "
-        f"decode on vLLM (CPU) small {m['speed']['small']['per_token_ms']:.1f} ms / token, "
-        f"large {m['speed']['large']['per_token_ms']:.1f} ms / token "
-        f"({m['speed']['ratio']:.2f}x).",
-        "",
         f"Held-out short answers ({m['heldout']['n']:,} items, seed {m['heldout']['seed']}, "
         "transformers, greedy):",
         "",
@@ -158,7 +208,9 @@ def pair_tables(name: str = "v3") -> str:
                f"**{_pct(m['large']['accuracy'])}** |")  # fmt: skip
     a = m["agreement"]
     out += ["", f"They agree on {_pct(a['share'])} of the items and are right on "
-            f"{_pct(a['accuracy_when_agree'])} of those."]  # fmt: skip
+            f"{_pct(a['accuracy_when_agree'])} of those; where they disagree the large model is "
+            f"right on {_pct(a['large_right_when_disagree'])} and the small one on "
+            f"{_pct(a['small_right_when_disagree'])}."]  # fmt: skip
     ev = m.get("evaluation")
     if ev:
         p = ev["policies"]
@@ -249,7 +301,14 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("docs/settings.md", "settings"): settings,
     ("docs/engines.md", "backends"): backends,
     ("README.md", "pair-default"): pair_default,
-    ("docs/tiny-pair.md", "pair-v3"): pair_tables,
+    **{
+        ("docs/tiny-pair.md", f"pair-{n}"): functools.partial(pair_tables, n)
+        for n in ("v1", "v2", "v3")
+    },
+    **{
+        ("docs/tiny-pair.md", f"pair-{n}-models"): functools.partial(pair_models, n)
+        for n in ("v1", "v2", "v3")
+    },
 }
 """(page relative to the checkout, block name) -> the function that writes the block."""
 
@@ -314,7 +373,11 @@ def update(root: Path = ROOT, *, write: bool = True) -> list[str]:
             stale.append(f"{page}: block {name!r} is missing (<!-- begin:{name} --> ... "
                          f"<!-- end:{name} -->)")  # fmt: skip
             continue
-        generated = generate()
+        try:
+            generated = generate()
+        except ConfigError as exc:  # a recorded block whose results file is missing or broken
+            stale.append(f"{page}: block {name!r} is missing its source: {exc}")
+            continue
         if match.group(2) == generated:
             continue
         stale.append(f"{page}: block {name!r}")
@@ -333,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     args = parser.parse_args(argv)
     stale = check() if args.check else update()
-    missing = [line for line in stale if "is missing" in line]
+    missing = [line for line in stale if "is missing" in line]  # a block or its results file
     for line in stale:
         print(line if line in missing else f"{'stale' if args.check else 'rewrote'} {line}")
     if args.check and stale:
