@@ -454,6 +454,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `mai-graph diagram | head`: the reader left, nothing is wrong
+        # Python's own recipe (docs of the signal module, "Note on SIGPIPE"): point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # anything untyped is a bug, never "bad input"
         return _internal_error(exc, verbose=bool(args.verbose))
 

@@ -1,4 +1,4 @@
-"""``mai-graph --results FILE``: a command's printed output and figures, with provenance."""
+"""What a command prints goes where it is asked: a results file (`--results FILE`), a pipe that closes early."""
 
 from __future__ import annotations
 
@@ -37,3 +37,16 @@ def test_a_results_file_is_strict_json_and_checked_when_read(tmp_path):
     partial.write_text(json.dumps({"command": "x", "output": []}))
     with pytest.raises(ConfigError, match="lacks version"):
         read_results(partial)
+
+
+def test_a_reader_that_leaves_early_is_no_error():
+    """`mai-graph diagram | head -1`: the pipe closes before the command writes."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "mai_graph.cli", "diagram", "--models", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # the reader is gone before Python has even started
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert b"internal error" not in err and b"Traceback" not in err
