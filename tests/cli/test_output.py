@@ -1,4 +1,4 @@
-"""What a command prints goes where it is asked: a results file (`--results FILE`), a pipe that closes early."""
+"""What a command prints goes where asked: a results file (`--results FILE`), a closed pipe."""
 
 from __future__ import annotations
 
