@@ -287,11 +287,17 @@ def paper_beside_pairs() -> str:
         ratio = p[other]["mean_latency_ms"] / p["mai"]["mean_latency_ms"]
         return f"{ratio:.2f}x" + (" (MAI slower)" if ratio < 1 else "")
 
-    row("MAI vs the large model reasoning (`large_cot`): accuracy", "approaches it",
-        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large_cot']['accuracy'])}")
+    row(
+        "MAI vs the large model reasoning (`large_cot`): accuracy",
+        "approaches it",
+        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large_cot']['accuracy'])}",
+    )
     row("MAI speedup over `large_cot` (mean latency)", "up to 8x", lambda p: speed(p, "large_cot"))
-    row("MAI vs the large model's short answer: accuracy", "-",
-        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large']['accuracy'])}")
+    row(
+        "MAI vs the large model's short answer: accuracy",
+        "-",
+        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large']['accuracy'])}",
+    )
     row("MAI speedup over the large short answer", "-", lambda p: speed(p, "large"))  # fmt: skip
     return "\n".join(rows) + "\n"
 
