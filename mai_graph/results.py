@@ -140,12 +140,46 @@ def write_results(
             parameter="data",
             fix="record finite numbers (a NaN or an infinity is not a measurement)",
         ) from exc
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = _target(path)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(target)
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise ConfigError(
+            f"--results {target}: cannot write the results file ({exc.strerror or exc})",
+            parameter="--results",
+            value=str(target),
+            fix="give a file in a folder this user can write, on a disk with room",
+        ) from None
     return target
+
+
+def _target(path: str | os.PathLike[str]) -> Path:
+    """Where a results file may be written: a new file, or an earlier results file.
+
+    A device, a pipe, a link, a folder or any other file is refused, before the command runs.
+    """
+    from mai_graph.files import output_file
+
+    def owns(file: Path) -> bool:
+        if file.is_symlink() or not file.is_file():
+            return False
+        try:
+            read_results(file)
+        except ConfigError:
+            return False
+        return True
+
+    if not str(path).strip():
+        raise ConfigError(
+            "--results needs a file name",
+            parameter="--results",
+            value=repr(str(path)),
+            fix="e.g. --results docs/results/demo.json",
+        )
+    return output_file(path, flag="--results", what="results file", owns=owns)
 
 
 def read_results(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -265,7 +299,7 @@ def recording(
     The file is written when the block ends without an exception and ``ok`` is still true.
     """
     line = command if isinstance(command, str) else shlex.join(command)
-    rec = Recording(Path(path) if path is not None else None, line)
+    rec = Recording(_target(path) if path is not None else None, line)
     if path is None:
         yield rec
         return

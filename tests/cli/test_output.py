@@ -50,3 +50,43 @@ def test_a_reader_that_leaves_early_is_no_error():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert b"internal error" not in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("make", ["fifo", "link", "folder", "other", "empty", "under_a_file"])
+def test_a_results_path_that_is_not_a_new_or_earlier_results_file_is_refused_before_the_run(
+    tmp_path, capsys, make
+):
+    """Never a device, pipe, link, folder or someone's file: refused (exit 2) and untouched."""
+    import os
+
+    target = tmp_path / "r.json"
+    if make == "fifo":
+        os.mkfifo(target)
+    elif make == "link":
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        target.symlink_to(fifo)
+    elif make == "folder":
+        target.mkdir()
+    elif make == "other":
+        target.write_text("my notes")
+    elif make == "under_a_file":
+        (tmp_path / "f").write_text("x")
+        target = tmp_path / "f" / "r.json"
+    path = "" if make == "empty" else str(target)
+    code = main(["--results", path, "run", "Is it red?", "--backend", "fake"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert "--results" in out.err and "internal error" not in out.err
+    assert out.out == ""  # refused before the run, not after it
+    if make == "other":
+        assert target.read_text() == "my notes"
+    if make in ("fifo", "link"):
+        assert target.is_fifo() or target.resolve().is_fifo()
+
+
+def test_an_earlier_results_file_is_replaced(tmp_path, capsys):
+    target = tmp_path / "r.json"
+    write_results(target, command="mai-graph demo", output=["old"])
+    assert main(["--results", str(target), "pair", "--pair", "v2"]) == EXIT_OK
+    assert read_results(target)["command"] == "mai-graph pair --pair v2"
