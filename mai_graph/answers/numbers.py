@@ -139,11 +139,16 @@ _HEDGE_AFTER = re.compile(
     rf"(?:\d|{NUMBER_WORDS})"
     rf"|\s*,\s*(?:\d+|{NUMBER_WORDS})\s*(?:,|or\b)"
     r"|\+(?!\s*\d)|\s*(?:or\s+(?:more|less|fewer)|and\s+(?:up|above|more))\b"
+    # what changes the number itself: a power, a sign in words, an era
+    r"|\s*(?:squared|cubed|to\s+the\s+(?:power|\w+\s+power)|below\s+zero"
+    r"|b\.?\s?c\.?(?:e\.?)?|a\.?\s?d\.?|c\.?e\.?)(?![\w])"
 )
 _HEDGE_BEFORE = re.compile(
     rf"(?:(?:\d|\b{NUMBER_WORDS})\s*(?:-|\bto|\bor|\band|~|/|\bout\s+of|\bof|\bvs\.?)"
     r"|\b(?:between|from|either|at\s+least|at\s+most|more\s+than|less\s+than|fewer\s+than"
-    r"|greater\s+than|over|under|up\s+to|above|below|beyond|upwards\s+of)"
+    r"|greater\s+than|over|under|up\s+to|above|below|beyond|upwards\s+of"
+    r"|not|isn'?t|wasn'?t|aren'?t|never|except|excluding|other\s+than|rather\s+than"
+    r"|instead\s+of)"
     r"|[<>≤≥])\s*$"
 )
 _HEDGE_LOOK = 40
@@ -191,6 +196,8 @@ _PRONOUN_ONE = re.compile(
     r"(?:(?!(?:is|are|was|were|of|be)\b)[a-z]+\s+){0,2}$"
 )
 _UNIT_ALIAS: Final = {
+    "cents": "cent", "¢": "cent", "pence": "penny", "pennies": "penny", "bps": "bp",
+    "basis": "bp", "permil": "permille", "mille": "permille",
     "dollar": "$", "usd": "$", "buck": "$", "euro": "€", "eur": "€", "yen": "¥", "jpy": "¥",
     "yuan": "¥", "rmb": "¥", "cny": "¥", "gbp": "£", "rupee": "₹", "inr": "₹",
     "centimeter": "cm", "centimetre": "cm", "millimeter": "mm", "millimetre": "mm",
@@ -223,6 +230,10 @@ _MEASURES: Final = {
     "mib": ("data", "1048576"), "gib": ("data", "1073741824"),
     "ml": ("volume", "0.001"), "l": ("volume", "1"),
     "°": ("angle", "1"), "°c": ("celsius", "1"), "°f": ("fahrenheit", "1"),
+    # Sub-units that name a hundredth or a thousandth of something another answer may state
+    # whole ("5 cents" is not "$5", "5 bps" is not "5%"): kept, never converted.
+    "cent": ("cent", "1"), "penny": ("penny", "1"), "bp": ("basis point", "1"),
+    "permille": ("per mille", "1"),
 }  # fmt: skip
 """Units of measure the ``number`` kind keeps (a count noun it drops): each with its dimension
 and its size in the dimension's base unit, so ``1 km`` is ``1000 m`` and ``12 km`` is never

@@ -108,6 +108,9 @@ def strip_think(text: str) -> str:
     return text
 
 
+_PER_MILLE_WORDS = re.compile(r"\bper\s+mille\b", re.IGNORECASE)
+
+
 def prepare(text: str) -> str:
     r"""The text every reader starts from.
 
@@ -124,7 +127,10 @@ def prepare(text: str) -> str:
         text = _INVISIBLE.sub("", text)
         text = _SUPER_POWER.sub(_caret_power, text)
         text = _GLUED_FRACTION.sub(" ", text)
+        text = text.replace("‰", " permille ").replace("¢", " cents ")  # NFKC keeps them
     text = unicodedata.normalize("NFKC", text)
+    if "mille" in text.lower():
+        text = _PER_MILLE_WORDS.sub("permille", text)
     text = strip_think(text)
     if any(c in text for c in _SPECIAL):
         text = text.translate(_TRANSLATE)
@@ -433,6 +439,10 @@ _CONTRACTIONS: Final = {
     "yall": "y'all", "youd": "you'd", "youll": "you'll", "youre": "you're", "youve": "you've",
 }  # fmt: skip
 _WORD_MAP: Final = {**_CONTRACTIONS, "none": "0", "a": "", "an": "", "the": ""}
+_SIGNED = re.compile(r"(?<![\w.])([-−<>≤≥])\s*(?=\.?\d)")
+_SIGN_WORDS: Final = {"-": "minus ", "−": "minus ", "<": "less than ", ">": "more than ",
+                      "≤": "at most ", "≥": "at least "}  # fmt: skip
+_PER_MILLE = re.compile(r"‰|\bper\s*mille\b")
 
 
 def vqa_normalize(text: str) -> str:
@@ -443,15 +453,21 @@ def vqa_normalize(text: str) -> str:
     are deleted (``u.s.`` → ``us``, ``3.5`` stays); lower case; number words become digits
     (``none`` → ``0``); articles are dropped; contractions get their apostrophe (``dont`` →
     ``don't``). Extras: number words of any size (``twenty-one`` → ``21``), ``*`` and ``|``
-    count as punctuation, quotes at the edges of words are dropped, and whitespace is
-    collapsed. Returns ``""`` when nothing is left.
+    count as punctuation, quotes at the edges of words are dropped, whitespace is collapsed,
+    and a sign or comparison before a number is a word (``-5`` → ``minus 5``, ``<5`` →
+    ``less than 5``: VQA's rule would delete it, and two different numbers would read alike),
+    as are ``‰`` (``per mille``) and ``¢`` (``cents``). Returns ``""`` when nothing is left.
 
     >>> vqa_normalize("The U.S.!"), vqa_normalize("Twenty-one dogs"), vqa_normalize("1,234")
     ('us', '21 dogs', '1234')
     >>> vqa_normalize("Dont know"), vqa_normalize("red-white"), vqa_normalize("3.5 m.")
     ("don't know", 'red white', '3.5 m')
+    >>> vqa_normalize("-5"), vqa_normalize("<5 cm"), vqa_normalize("5‰"), vqa_normalize("1-2")
+    ('minus 5', 'less than 5 cm', '5 per mille', '1 2')
     """
     s = text.replace("\n", " ").replace("\t", " ").strip().lower()
+    s = _SIGNED.sub(lambda m: " " + _SIGN_WORDS[m.group(1)], s)
+    s = _PER_MILLE.sub(" per mille ", s).replace("¢", " cents ")
     if _NUMBER_WORD_START.search(s):
         s = _NUMBER_WORDS.sub(_digits_for_words, s)
     strip_all = _NUM_COMMA.search(s) is not None

@@ -169,6 +169,19 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def _check_timeout(timeout_s: object) -> float | None:
+    """``timeout_s`` when it is a positive number of seconds or None; a typed error otherwise."""
+    ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and timeout_s > 0
+    if timeout_s is not None and not ok:
+        raise ConfigError(
+            f"timeout_s must be > 0 seconds or None, got {timeout_s!r}",
+            parameter="timeout_s",
+            value=timeout_s,
+            fix="give the longest a request may take, e.g. 120",
+        )
+    return None if timeout_s is None else float(timeout_s)  # type: ignore[arg-type]
+
+
 class OpenAIBackend:
     """A model behind an OpenAI-compatible chat completions endpoint (``vllm serve``).
 
@@ -212,14 +225,7 @@ class OpenAIBackend:
             raise ConfigError(
                 f"model must be the served model name, got {model!r}", parameter="model"
             )
-        if timeout_s is not None and not (isinstance(timeout_s, int | float) and timeout_s > 0):
-            raise ConfigError(
-                f"timeout_s must be > 0 seconds or None, got {timeout_s!r}",
-                parameter="timeout_s",
-                value=timeout_s,
-                fix="give the longest a request may take, e.g. 120",
-            )
-        self.timeout_s = timeout_s
+        self.timeout_s = _check_timeout(timeout_s)
         self.send_video_metadata = send_video_metadata
         self.client = client
         self.model = model
@@ -248,8 +254,9 @@ class OpenAIBackend:
         """
         from openai import AsyncOpenAI, Timeout
 
-        total = kwargs.get("timeout_s", DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S
-        timeout = Timeout(total, connect=connect_timeout_s)
+        total = _check_timeout(kwargs.get("timeout_s", DEFAULT_TIMEOUT_S)) or DEFAULT_TIMEOUT_S
+        timeout = Timeout(total, connect=connect_timeout_s)  # checked first: the client's own
+        # Timeout raises a bare TypeError for a string (openai 3.63 does)
         client = AsyncOpenAI(
             base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout
         )

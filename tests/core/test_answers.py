@@ -390,7 +390,35 @@ NOT_EQUAL = [
     # other scripts and notations
     ("\u0665\u066b\u0665", "5"), ("\u0665\u066c\u0660\u0660\u0660", "5"), ("1\u200b000", "1"),
     ("0x10", "0x20"),
+    # a third independent probe: sub-units, words that change the number, eras, huge signed
+    ("5 cents", "$5"), ("5 pence", "£5"), ("5 bps", "5%"), ("5 basis points", "5%"),
+    ("5‰", "5%"), ("5 per mille", "5%"), ("5 below zero", "5"), ("5 squared", "5"),
+    ("5 cubed", "5"), ("5 to the power of 3", "5"), ("not 5", "5"), ("isn't 5", "5"),
+    ("except 5", "5"), ("<5", "5"), (">5", "5"), ("≤5", "5"), ("1987 BC", "1987"),
+    ("1987 BCE", "1987 CE"), ("500 BC", "500"), ("-1e308", "1e308"), ("−1e400", "1e400"),
+    ("-" + "9" * 40, "9" * 40), ("-1e400%", "1e400%"),
 ]  # fmt: skip
+SIGNED_TEXT = [("-5", "5"), ("-3 degrees", "3 degrees"), ("<5", "5"), ("−5 m", "5 m")]
+
+
+@pytest.mark.parametrize("a, b", SIGNED_TEXT)
+def test_a_sign_or_comparison_before_a_number_is_kept_in_text_answers(a, b):
+    """VQA's normalization deletes '-' and '<': a text answer keeps them as words."""
+    from mai_graph.answers import answers_match, match_gold
+
+    assert not answers_match(a, b, "text") and not match_gold(a, b, "text")
+    assert answers_match(a, a, "text") and match_gold(a, a, "text")
+
+
+def test_a_run_whose_models_answer_minus_5_and_5_as_text_does_not_end_at_the_gate():
+    from mai_graph import ScriptedBackend, run
+
+    small = ScriptedBackend({"short": "-5", "cot": "it is 5", "s2": "5"}, name="small")
+    large = ScriptedBackend({"short": "5", "answer": "5"}, name="large")
+    result = run("What is the value?", small=small, large=large, answer_kind="text")
+    assert result.route != "agree"
+
+
 EQUAL = [
     ("1e5", "100000"), ("2.5e3", "2500"), ("1E-3", "0.001"), ("10^5", "100000"),
     ("7e2", "700"), ("3e+2", "300"), ("1e05", "100,000"), ("2^10", "1024"),
