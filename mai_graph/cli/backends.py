@@ -9,6 +9,7 @@ LangGraph Studio and the endpoint use). API keys come from the environment, neve
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +52,8 @@ def add_backend_flags(
         "--lineup",
         metavar="FILE",
         help="every model with its kind, server and engine options, in a TOML or JSON file "
-        "(docs/engines.md); the flags here override it",
+        "(docs/engines.md; default: the file $MAI_GRAPH_LINEUP names); the flags here "
+        "override it",
     )
     engine_help = (
         "an engine option KEY=VALUE (VALUE is JSON where it parses): any vLLM AsyncEngineArgs "
@@ -133,11 +135,17 @@ def add_backend_flags(
 def lineup_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~mai_graph.engines.spec.LineupSpec` the flags declare.
 
-    ``--lineup FILE`` first, the other flags of :func:`add_backend_flags` over it.
+    ``--lineup FILE`` first (else the file ``$MAI_GRAPH_LINEUP`` names, as Studio reads it),
+    the other flags of :func:`add_backend_flags` over it.
     """
     from mai_graph.engines.spec import engine_options_from_items, load_lineup
 
-    base = load_lineup(args.lineup) if getattr(args, "lineup", None) else None
+    if getattr(args, "lineup", None):
+        base = load_lineup(args.lineup)
+    elif os.environ.get("MAI_GRAPH_LINEUP", "").strip():
+        base = load_lineup(os.environ["MAI_GRAPH_LINEUP"], flag="MAI_GRAPH_LINEUP")
+    else:
+        base = None
     kind = args.backend or (None if base is not None else getattr(args, "backend_default", "fake"))
     items = engine_options_from_items
     return lineup_spec(

@@ -90,3 +90,24 @@ def test_an_earlier_results_file_is_replaced(tmp_path, capsys):
     write_results(target, command="mai-graph demo", output=["old"])
     assert main(["--results", str(target), "pair", "--pair", "v2"]) == EXIT_OK
     assert read_results(target)["command"] == "mai-graph pair --pair v2"
+
+
+def test_every_command_reads_the_lineup_mai_graph_lineup_names(tmp_path, monkeypatch, capsys):
+    """The variable Studio reads reaches the CLI (serve, run, eval) too: a missing file is an
+    error naming the variable, never a silent fall-back to the fake pair."""
+    monkeypatch.setenv("MAI_GRAPH_LINEUP", str(tmp_path / "missing.toml"))
+    assert main(["run", "Is it red?"]) == 2
+    assert "MAI_GRAPH_LINEUP" in capsys.readouterr().err
+    lineup = tmp_path / "lineup.toml"  # a model that is nowhere: the error names it
+    lineup.write_text(f'backend = "transformers"\n[small]\nmodel = "{tmp_path}/s-env"\n'
+                      f'[large]\nmodel = "{tmp_path}/l-env"\n')  # fmt: skip
+    monkeypatch.setenv("MAI_GRAPH_LINEUP", str(lineup))
+    assert main(["run", "Is it red?"]) != EXIT_OK
+    assert "s-env" in capsys.readouterr().err
+    other = tmp_path / "other.toml"
+    other.write_text(lineup.read_text().replace("-env", "-flag"))
+    assert main(["run", "Is it red?", "--lineup", str(other)]) != EXIT_OK  # the flag wins
+    err = capsys.readouterr().err
+    assert "s-flag" in err and "s-env" not in err
+    monkeypatch.delenv("MAI_GRAPH_LINEUP")
+    assert main(["run", "Is it red?"]) == EXIT_OK  # unset: the fake pair, as before
