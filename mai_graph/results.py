@@ -114,6 +114,30 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _portable(value: Any) -> Any:
+    """``value`` with this machine's folders made relative.
+
+    The package's checkout (or site-packages) folder and the working folder are dropped, the
+    home folder is ``~``. Results files are committed; a path of the machine that measured
+    says nothing to a reader.
+    """
+    roots = [
+        (str(Path(__file__).resolve().parents[1]) + os.sep, ""),
+        (os.getcwd() + os.sep, ""),
+        (str(Path.home()) + os.sep, "~" + os.sep),
+    ]
+    if isinstance(value, str):
+        for root, short in roots:
+            if len(root) > 1:
+                value = value.replace(root, short)
+        return value
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(v) for v in value]
+    return value
+
+
 def write_results(
     path: str | os.PathLike[str],
     *,
@@ -124,13 +148,13 @@ def write_results(
     """Write a results file (strict JSON: a NaN or an infinity is refused); returns its path."""
     line = command if isinstance(command, str) else shlex.join(command)
     body = {
-        "command": line,
+        "command": _portable(line),
         "version": _version("mai-graph"),
         "versions": {name: _version(name) for name in _LIBRARIES},
         "machine": machine(),
         "date": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
-        "output": list(output),
-        "data": data or {},
+        "output": _portable(list(output)),
+        "data": _portable(data or {}),
     }
     try:
         text = json.dumps(body, indent=1, allow_nan=False, ensure_ascii=False) + "\n"
