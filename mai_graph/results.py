@@ -271,6 +271,11 @@ def command_line(program: Sequence[str], argv: Sequence[str]) -> list[str]:
     return [*program, *out]
 
 
+_ENGINE_LOG = re.compile(r"(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
+"""A vLLM log line (``(EngineCore pid=1) INFO 12-06 06:14:10 [file.py:1] ...``), in case a
+library logs to stdout anyway."""
+
+
 class _Tee(io.TextIOBase):
     """Writes to the real stream and keeps a copy."""
 
@@ -327,6 +332,10 @@ def recording(
     if path is None:
         yield rec
         return
+    # Engine logs are no part of what a command measured: vLLM resolves its log stream when it
+    # is imported (inside the block, so it would find the tee); send them to stderr, as the CLI
+    # does.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     tee = _Tee(sys.stdout)
     real = sys.stdout
     sys.stdout = tee
@@ -335,5 +344,5 @@ def recording(
     finally:
         sys.stdout = real
     if rec.ok:
-        lines = tee.copy.getvalue().splitlines()
+        lines = [x for x in tee.copy.getvalue().splitlines() if not _ENGINE_LOG.match(x)]
         write_results(path, command=line, output=lines, data=rec.data)

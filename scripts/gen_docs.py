@@ -322,6 +322,8 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
 RESULTS = ROOT / "docs" / "results"
 """The results files measuring commands wrote (``--results FILE``); recorded blocks read them."""
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f\u2028\u2029\ufffe\uffff]")
+"""Characters a page shows escaped (``\\x10``): random-weight models print them."""
 _RECORDED = re.compile(r"<!-- begin:recorded:([\w.-]+) -->")
 
 
@@ -344,9 +346,10 @@ def recorded(name: str, page: str) -> str:
     link = path.relative_to(ROOT / Path(page).parent).as_posix() if page.startswith("docs/") \
         else path.relative_to(ROOT).as_posix()  # fmt: skip
     fence = "````" if any(line.startswith("```") for line in r["output"]) else "```"
+    lines = [_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line) for line in r["output"]]
     return (
         f"Recorded by `{r['command']}` ({describe_machine(r)}, {r['date'][:10]}; "
-        f"[{path.name}]({link})):\n\n{fence}text\n" + "\n".join(r["output"]) + f"\n{fence}\n"
+        f"[{path.name}]({link})):\n\n{fence}text\n" + "\n".join(lines) + f"\n{fence}\n"
     )
 
 

@@ -117,3 +117,14 @@ def test_every_command_reads_the_lineup_mai_graph_lineup_names(tmp_path, monkeyp
     assert "s-flag" in err and "s-env" not in err
     monkeypatch.delenv("MAI_GRAPH_LINEUP")
     assert main(["run", "Is it red?"]) == EXIT_OK  # unset: the fake pair, as before
+
+
+def test_engine_log_lines_are_no_part_of_a_record(tmp_path, capsys):
+    from mai_graph.results import recording
+
+    path = tmp_path / "r.json"
+    with recording(path, command="python benchmarks/x.py"):
+        print("(EngineCore pid=7) INFO 12-06 06:14:10 [core.py:1] started")
+        print("WARNING 12-06 06:14:10 [cpu.py:2] no Triton")
+        print("median 151.4 ms")
+    assert read_results(path)["output"] == ["median 151.4 ms"]
