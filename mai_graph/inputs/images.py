@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "DEFAULT_PIXEL_CACHE_MB",
+    "MAX_ENV_MB",
     "STORE_KEEP_S",
     "ImageRef",
     "PixelBudget",
@@ -369,6 +370,11 @@ def make_ref(
 # -- the image store ---------------------------------------------------------------------------
 
 
+MAX_ENV_MB = 1_000_000
+"""The largest size an ``*_MB`` variable may give (a terabyte): more would make the server's
+stated memory bound meaningless, and no machine this runs on has it."""
+
+
 def _env_bytes(name: str, default_mb: float, *, zero: bool, must: str, fix: str) -> int:
     """``$name`` in bytes: megabytes (``default_mb`` when unset), finite, above 0 or ``zero``.
 
@@ -380,8 +386,13 @@ def _env_bytes(name: str, default_mb: float, *, zero: bool, must: str, fix: str)
         mb = float(raw) if raw else default_mb
     except ValueError:
         mb = -1.0
-    if not ((0 <= mb) if zero else (0 < mb)) or mb == float("inf"):
-        raise ConfigError(f"{name} must be {must}, got {raw!r}", parameter=name, value=raw, fix=fix)
+    if not ((0 <= mb) if zero else (0 < mb)) or mb > MAX_ENV_MB:
+        raise ConfigError(
+            f"{name} must be {must} (at most {MAX_ENV_MB:,} MB), got {raw!r:.40}",
+            parameter=name,
+            value=str(raw)[:40],
+            fix=fix,
+        )
     return int(mb * 1_000_000)
 
 

@@ -250,11 +250,13 @@ def test_store_never_evicts_recently_used_files(tmp_path, monkeypatch):
     assert first.exists()
 
 
-def test_store_bound_is_validated(tmp_path, monkeypatch):
+@pytest.mark.parametrize("raw", ["lots", "nan", "inf", "-1", "0", "9" * 30, "1e300"])
+def test_store_bound_is_validated(tmp_path, monkeypatch, raw):
+    """A bound the machine cannot have would make the server's stated memory bound meaningless."""
     from mai_graph import ConfigError
 
     monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
-    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "lots")
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", raw)
     with pytest.raises(ConfigError, match="MAI_GRAPH_IMAGE_STORE_MB"):
         _stored((9, 9, 9))
 
