@@ -524,6 +524,14 @@ def _prune(directory: Path, *, need: int = 0) -> None:
         ImageError: The store is full of recently used images.
     """
     limit = _store_limit()
+    if need > limit:  # no wait can help: the caller's image, not the server, is the problem
+        raise ImageError(
+            f"the image needs {need:,} bytes in the server's image store, more than the whole "
+            f"store holds ({limit:,} bytes)",
+            parameter="image",
+            value=need,
+            fix="send a smaller image (fewer pixels)",
+        )
     now = time.time()
     total = 0
     files: list[tuple[float, int, str]] = []

@@ -250,6 +250,18 @@ def test_store_never_evicts_recently_used_files(tmp_path, monkeypatch):
     assert first.exists()
 
 
+def test_an_image_larger_than_the_whole_store_is_the_callers_problem(tmp_path, monkeypatch):
+    """Retrying cannot help: the error names the image, not the server's setting."""
+    from mai_graph.adapters.endpoint.schema import as_endpoint_error
+
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "0.00001")
+    with pytest.raises(ImageError, match="more than the whole store") as caught:
+        _stored((3, 3, 3))
+    assert caught.value.parameter == "image"
+    assert as_endpoint_error(caught.value).status == 400
+
+
 @pytest.mark.parametrize("raw", ["lots", "nan", "inf", "-1", "0", "9" * 30, "1e300"])
 def test_store_bound_is_validated(tmp_path, monkeypatch, raw):
     """A bound the machine cannot have would make the server's stated memory bound meaningless."""
