@@ -429,11 +429,16 @@ def test_closing_the_stream_cancels_the_run():
 
 
 def test_api_keys_come_from_env_or_a_file(tmp_path):
+    from mai_graph.errors import ConfigError
+
     assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a,b"}) == ["a", "b"]
     assert api_keys_from({}) == []
     keys = tmp_path / "keys"
     keys.write_text("k1\n\nk2\n")
     assert api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "a"}, str(keys)) == ["k1", "k2"]
+    for blank in (",", "  ", " , ,"):  # set to nothing: a mistake, not "no key"
+        with pytest.raises(ConfigError, match="holds no key"):
+            api_keys_from({"MAI_GRAPH_SERVE_API_KEY": blank})
 
 
 @pytest.mark.server

@@ -245,8 +245,8 @@ def serve(
 def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[str]:
     """The endpoint's keys: ``key_file`` (one a line) or ``MAI_GRAPH_SERVE_API_KEY`` (commas).
 
-    >>> api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "k1, k2"})
-    ['k1', 'k2']
+    >>> api_keys_from({"MAI_GRAPH_SERVE_API_KEY": "k1, k2"}), api_keys_from({})
+    (['k1', 'k2'], [])
     """
     if key_file:
         from mai_graph.files import read_text  # a regular file, bounded (no pipe, no /dev/zero)
@@ -260,4 +260,13 @@ def api_keys_from(env: Mapping[str, str], key_file: str | None = None) -> list[s
                 value=key_file,
             )
         return keys
-    return [k.strip() for k in env.get("MAI_GRAPH_SERVE_API_KEY", "").split(",") if k.strip()]
+    raw = env.get("MAI_GRAPH_SERVE_API_KEY")
+    keys = [k.strip() for k in (raw or "").split(",") if k.strip()]
+    if raw and not keys:  # set, but to nothing: the operator meant a key, not an open server
+        raise ConfigError(
+            "MAI_GRAPH_SERVE_API_KEY is set but holds no key (only commas or spaces)",
+            parameter="MAI_GRAPH_SERVE_API_KEY",
+            fix="give one key or several separated by commas, or unset it for no key "
+            "(loopback only)",
+        )
+    return keys
