@@ -313,9 +313,9 @@ def canonical_gold(
         out = _gold_range(gold, resolved) or reader(t, gold=True)
     if out == UNKNOWN:
         raise ConfigError(
-            f"gold answer {gold!r} cannot be read as a {resolved} answer",
+            f"gold answer {gold!r:.80} cannot be read as a {resolved} answer",
             parameter="gold",
-            value=gold,
+            value=gold[:80],
             fix="check the dataset's answer column and the answer kind",
         )
     return out
