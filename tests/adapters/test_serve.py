@@ -870,7 +870,8 @@ def test_a_server_setting_failing_at_request_time_is_a_logged_5xx(tmp_path, monk
     monkeypatch.setenv("MAI_GRAPH_PIXEL_CACHE_MB", "0")  # every image goes to the store
     small, large = transfer_pair()
     with running(create_app(small, large, api_keys=[KEY])) as endpoint:
-        monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "0.0001")  # 100 bytes: full
+        (store / "recent.png").write_bytes(b"x" * 150)  # another request's image, just used
+        monkeypatch.setenv("MAI_GRAPH_IMAGE_STORE_MB", "0.0002")  # 200 bytes: full
         with caplog.at_level(logging.ERROR, logger="mai_graph"):
             with client(endpoint) as c, pytest.raises(openai.APIStatusError) as full:
                 c.chat.completions.create(model="mai", messages=question(image=data_url((1, 2, 3))))
