@@ -45,6 +45,21 @@ Exit code 1 when no setting meets the objective.
 """
 
 
+def report_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """A report's figures for its results file, without its per-sample rows and sweep curve.
+
+    report.json keeps both. In a results file their thousands of incidental numbers would let
+    a figure the docs quote match one of them by chance (scripts/check_figures.py).
+
+    >>> report_figures({"samples": [1], "policies": {}, "cost_quality": {"n": 2, "curve": []}})
+    {'policies': {}, 'cost_quality': {'n': 2}}
+    """
+    out = {k: v for k, v in report.items() if k != "samples"}
+    if isinstance(out.get("cost_quality"), dict):
+        out["cost_quality"] = {k: v for k, v in out["cost_quality"].items() if k != "curve"}
+    return out
+
+
 def load_context_file(path: str | Path) -> dict[str, Any]:
     """Read a context file (see :func:`mai_graph.context.load_settings`)."""
     return load_settings(path)
@@ -123,7 +138,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     report = build_report(records, latency_model=predictor, prices=prices)
     written = write_report(report, out, plots=not args.no_plots)
-    record(args, "report", report)
+    record(args, "report", report_figures(report))
     print(format_table(report))
     print()
     for problem in records.problems:
@@ -266,7 +281,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
         plots = plot_calibration(data, out)
     (out / "calibration.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    record(args, "calibration", data)
+    # its figures, without the curve of every setting tried (calibration.json keeps it)
+    record(args, "calibration", {k: v for k, v in data.items() if k != "curve"})
     (out / "calibration.md").write_text(_calibration_md(data, plots), encoding="utf-8")
     print(_calibration_text(data))
     if result.chosen is None:

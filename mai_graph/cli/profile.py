@@ -120,9 +120,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         path = model.save(args.out)
         print(f"latency model: {path}", file=sys.stderr)
     workload = _workload_from(args, model.workload)
-    record(args, "predictions", predictions(model, workload, rates, args.s2_exit_rate))
+    figures = predictions(model, workload, rates, args.s2_exit_rate)
+    record(args, "predictions", figures)
     if args.json:
-        print(json.dumps(predictions(model, workload, rates, args.s2_exit_rate), indent=1))
+        print(json.dumps(figures, indent=1))
     else:
         print(format_model(model, workload, rates, args.s2_exit_rate))
     return EXIT_OK

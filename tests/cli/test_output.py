@@ -128,3 +128,19 @@ def test_engine_log_lines_are_no_part_of_a_record(tmp_path, capsys):
         print("WARNING 12-06 06:14:10 [cpu.py:2] no Triton")
         print("median 151.4 ms")
     assert read_results(path)["output"] == ["median 151.4 ms"]
+
+
+def test_an_eval_record_keeps_the_reports_figures_not_its_rows(tmp_path, capsys):
+    """Per-sample rows and the sweep's curve stay in report.json: in a results file their
+    thousands of numbers would let a quoted figure match one by chance."""
+    data = tmp_path / "data"
+    assert main(["synth-data", str(data), "--n", "8"]) == EXIT_OK
+    path = tmp_path / "eval.json"
+    argv = ["--results", str(path), "eval", "--data", str(data / "data.jsonl"), "--backend",
+            "simulated", "--out", str(tmp_path / "ev"), "--no-plots", "--no-progress"]  # fmt: skip
+    assert main(argv) == EXIT_OK
+    report = read_results(path)["data"]["report"]
+    full = json.loads((tmp_path / "ev" / "report.json").read_text())
+    assert full["samples"] and "samples" not in report
+    assert "curve" not in report.get("cost_quality", {})
+    assert report["policies"] == full["policies"]
