@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the checkout's m
     sys.path.insert(0, str(ROOT))
 
 from mai_graph.errors import ConfigError  # noqa: E402 (after the path above)
+from mai_graph.eval.report import percent  # noqa: E402
 
 
 def _range(info: Any) -> str:
@@ -105,10 +106,6 @@ def backends() -> str:
     return "\n".join(rows) + "\n"
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
 _POLICY_NAMES = {"small": "small", "large": "large", "mai": "MAI", "small_cot": "small_cot",
                  "large_cot": "large_cot"}  # fmt: skip
 
@@ -128,7 +125,7 @@ def pair_default() -> str:
         "|---|---:|---:|",
     ]
     for k in ("small", "large", "mai", "large_cot"):
-        rows.append(f"| {_POLICY_NAMES[k]} | {_pct(p[k]['accuracy'])} | "
+        rows.append(f"| {_POLICY_NAMES[k]} | {percent(p[k]['accuracy'])} | "
                     f"{p[k]['mean_latency_ms']:.0f} ms |")  # fmt: skip
     return "\n".join(rows) + "\n"
 
@@ -202,15 +199,15 @@ def pair_tables(name: str = "v3") -> str:
         "|---|---:|---:|",
     ]
     for t in m["small"]["by_template"]:
-        out.append(f"| {t} | {_pct(m['small']['by_template'][t])} | "
-                   f"{_pct(m['large']['by_template'][t])} |")  # fmt: skip
-    out.append(f"| **overall** | **{_pct(m['small']['accuracy'])}** | "
-               f"**{_pct(m['large']['accuracy'])}** |")  # fmt: skip
+        out.append(f"| {t} | {percent(m['small']['by_template'][t])} | "
+                   f"{percent(m['large']['by_template'][t])} |")  # fmt: skip
+    out.append(f"| **overall** | **{percent(m['small']['accuracy'])}** | "
+               f"**{percent(m['large']['accuracy'])}** |")  # fmt: skip
     a = m["agreement"]
-    out += ["", f"They agree on {_pct(a['share'])} of the items and are right on "
-            f"{_pct(a['accuracy_when_agree'])} of those; where they disagree the large model is "
-            f"right on {_pct(a['large_right_when_disagree'])} and the small one on "
-            f"{_pct(a['small_right_when_disagree'])}."]  # fmt: skip
+    out += ["", f"They agree on {percent(a['share'])} of the items and are right on "
+            f"{percent(a['accuracy_when_agree'])} of those; where they disagree the large model is "
+            f"right on {percent(a['large_right_when_disagree'])} and the small one on "
+            f"{percent(a['small_right_when_disagree'])}."]  # fmt: skip
     ev = m.get("evaluation")
     if ev:
         p = ev["policies"]
@@ -225,10 +222,10 @@ def pair_tables(name: str = "v3") -> str:
         for k, label in _POLICY_NAMES.items():
             tokens = p[k]["reasoning_tokens"]
             used = ", ".join(f"{v:.0f} ({r})" for r, v in tokens.items() if v) or "0"
-            out.append(f"| {label} | {_pct(p[k]['accuracy'])} | "
+            out.append(f"| {label} | {percent(p[k]['accuracy'])} | "
                        f"{p[k]['mean_latency_ms']:.0f} | {used} |")  # fmt: skip
         routes = p["mai"]["routes"]
-        out += ["", "MAI's routes: " + ", ".join(f"{r} {_pct(v)}" for r, v in routes.items())
+        out += ["", "MAI's routes: " + ", ".join(f"{r} {percent(v)}" for r, v in routes.items())
                 + "."]  # fmt: skip
         apart = (p["mai"].get("transfer") or {}).get("disagreements") or {}
         if apart.get("full"):
@@ -245,9 +242,9 @@ def pair_tables(name: str = "v3") -> str:
                 b = apart.get(key)
                 if b:
                     out.append(
-                        f"| {label} | {b['n']} | {_pct(b['transfer_accuracy'])} | "
-                        f"{_pct(b['large_short_accuracy'])} | {100 * b['gain']:+.1f} | "
-                        f"{_pct(b['copy']['small'])} |"
+                        f"| {label} | {b['n']} | {percent(b['transfer_accuracy'])} | "
+                        f"{percent(b['large_short_accuracy'])} | {100 * b['gain']:+.1f} | "
+                        f"{percent(b['copy']['small'])} |"
                     )
     out += ["", "| gate | measured | |", "|---|---|---|"]
     for g in m["gates"]:
@@ -290,13 +287,13 @@ def paper_beside_pairs() -> str:
     row(
         "MAI vs the large model reasoning (`large_cot`): accuracy",
         "approaches it",
-        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large_cot']['accuracy'])}",
+        lambda p: f"{percent(p['mai']['accuracy'])} vs {percent(p['large_cot']['accuracy'])}",
     )
     row("MAI speedup over `large_cot` (mean latency)", "up to 8x", lambda p: speed(p, "large_cot"))
     row(
         "MAI vs the large model's short answer: accuracy",
         "-",
-        lambda p: f"{_pct(p['mai']['accuracy'])} vs {_pct(p['large']['accuracy'])}",
+        lambda p: f"{percent(p['mai']['accuracy'])} vs {percent(p['large']['accuracy'])}",
     )
     row("MAI speedup over the large short answer", "-", lambda p: speed(p, "large"))  # fmt: skip
     return "\n".join(rows) + "\n"
