@@ -71,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--init-from", metavar="WORK",
-        help="with --retrain: continue the model trained in the scratch folder WORK (its weights "
-        "and record; the data stream goes on where it stopped) instead of starting afresh",
+        help="continue the models trained in WORK, a scratch folder or a saved pair (their "
+        "weights and records; the data streams go on where they stopped) instead of starting "
+        "afresh; with --retrain only that model",
     )  # fmt: skip
     p.add_argument(
         "--lr-scale", type=float, default=1.0, metavar="F",

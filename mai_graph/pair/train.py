@@ -601,6 +601,14 @@ def predict_short(
     return answers
 
 
+def _short_answers(folder: Path, processor: Any, tokenizer: Any, items: Sequence[Any]) -> list[str]:
+    """:func:`predict_short` of the model saved in ``folder`` (its bf16 weights in fp32)."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    model = Qwen3VLForConditionalGeneration.from_pretrained(folder).float().eval()
+    return predict_short(model, processor, tokenizer, items)
+
+
 def score_answers(items: Sequence[Any], answers: Sequence[str]) -> list[bool]:
     """Whether each answer matches its item's gold answer (the evaluation's matching)."""
     from mai_graph.eval.scorers import score
@@ -630,6 +638,31 @@ def _split(order: list[int], parts: int) -> list[list[int]]:
 def _purposes(spec: PairSpec, n: int, rng: random.Random) -> list[Purpose]:
     names = [p for p in PURPOSES if spec.mix.get(p)]
     return rng.choices(names, weights=[spec.mix[p] for p in names], k=n)
+
+
+def earlier_record(folder: Path, role: str) -> dict[str, Any]:
+    """The training record of ``role`` in ``folder`` (a scratch folder or a saved pair).
+
+    A scratch folder keeps ``ROLE.record.json``; a saved pair's manifest holds ``models.ROLE``,
+    so that a shipped pair can be continued.
+    """
+    record = folder / f"{role}.record.json"
+    if record.is_file():
+        return dict(json.loads(record.read_text(encoding="utf-8")))
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        return dict(json.loads(manifest.read_text(encoding="utf-8"))["models"][role])
+    raise ConfigError(
+        f"{folder} holds no record of the {role} model (neither {role}.record.json nor a "
+        "pair's manifest.json): pass a train-pair scratch folder or a saved pair",
+        parameter="--init-from",
+        value=str(folder),
+    )
+
+
+def _tokenizer_folder(folder: Path) -> Path:
+    """Where a scratch folder (``tokenizer/``) or a saved pair (``small/``) keeps its tokenizer."""
+    return folder / "tokenizer" if (folder / "tokenizer").is_dir() else folder / "small"
 
 
 def train_role(
@@ -667,7 +700,7 @@ def train_role(
 
         trained = Qwen3VLForConditionalGeneration.from_pretrained(init_from / role)
         model.load_state_dict(trained.float().state_dict())
-        previous = json.loads((init_from / f"{role}.record.json").read_text())
+        previous = earlier_record(init_from, role)
     offset = int(previous.get("steps", 0))
     params = [p for p in model.parameters() if p.requires_grad]
     aux_head = aux_head_for(spec)
@@ -1070,7 +1103,8 @@ def train_pair(
         from_work: No training: score, measure and check the models already in ``work``.
         retrain: Train only this model (``small`` or ``large``) again, keeping the tokenizer
             and the other model in the scratch folder.
-        init_from: With ``retrain``: continue the model trained in this scratch folder.
+        init_from: Continue the models trained in this scratch folder or saved pair (with
+            ``retrain``: only that one), their data streams going on where they stopped.
         lr_scale: Scale of the spec's learning rate.
 
     Returns:
@@ -1099,14 +1133,19 @@ def train_pair(
         print(f"scoring the models trained in {work} (no training)")
     else:
         roles = [retrain] if retrain else ["small", "large"]
-        if retrain and init_from and not (work / "tokenizer").exists():
-            other = "large" if retrain == "small" else "small"
+        if init_from and not (work / "tokenizer").exists():
             source = Path(init_from)
+            for role in ("small", "large"):  # refused before anything is copied or trained
+                earlier_record(source, role)
             work.mkdir(parents=True, exist_ok=True)
-            for name in ("tokenizer", other):  # a fresh scratch folder starts from the earlier
-                shutil.copytree(source / name, work / name)
-            shutil.copy(source / f"{other}.record.json", work / f"{other}.record.json")
-        if retrain:  # keep the tokenizer and the other model of the scratch folder
+            # A fresh scratch folder starts from the earlier run's tokenizer (and, with
+            # --retrain, its other model).
+            shutil.copytree(_tokenizer_folder(source), work / "tokenizer")
+            for other in {"small", "large"} - set(roles):
+                shutil.copytree(source / other, work / other)
+                record = earlier_record(source, other)
+                (work / f"{other}.record.json").write_text(json.dumps(record), encoding="utf-8")
+        if retrain or init_from:  # keep the tokenizer (and the other model) of the folder
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
@@ -1138,7 +1177,13 @@ def train_pair(
                 return 1
     records = {r: json.loads((work / f"{r}.record.json").read_text()) for r in ("small", "large")}
     items = heldout_items(heldout, seed=heldout_seed, task=task)
-    answers = {r: records[r].pop("answers") for r in records}
+    answers = {
+        r: records[r].pop("answers", None)
+        or _short_answers(
+            work / r, build_processor(tokenizer, specs_for(task)[r].image_side), tokenizer, items
+        )
+        for r in records
+    }  # a model taken over from a saved pair was not scored by its own training
     agree = [
         answers_match(a, b, it.row["kind"], options=it.row.get("options"))
         for it, a, b in zip(items, answers["small"], answers["large"])

@@ -339,3 +339,17 @@ def test_the_package_ships_every_file_of_the_pairs():
             package = "mai_graph.pair." + folder.replace("/", ".")
             assert package in setuptools["packages"], package
             assert any(fnmatch.fnmatch(file, g) for g in data.get(package, ())), name
+
+
+def test_a_saved_pair_can_be_continued_and_a_folder_without_records_is_refused(tmp_path):
+    from mai_graph.errors import ConfigError
+    from mai_graph.pair.train import earlier_record
+
+    manifest = read_manifest(PAIRS["v3"])
+    for role in ("small", "large"):  # a saved pair: its manifest holds the records
+        record = earlier_record(PAIRS["v3"], role)
+        assert record["steps"] == manifest["models"][role]["steps"] > 0
+    (tmp_path / "small.record.json").write_text(json.dumps({"steps": 7, "wall_s": 1.0}))
+    assert earlier_record(tmp_path, "small")["steps"] == 7  # a scratch folder's own record
+    with pytest.raises(ConfigError, match="no record of the large model.*--init-from|saved pair"):
+        earlier_record(tmp_path, "large")
