@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import serving_kind
+from mai_graph.backends.base import provider_of
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -72,7 +72,7 @@ async def start_call(
 
     model = str(getattr(backend, "name", "model"))
     metadata = {
-        "ls_provider": serving_kind(backend),
+        "ls_provider": provider_of(backend),
         "ls_model_name": model,
         "ls_model_type": "chat",
         "ls_temperature": request.temperature,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from mai_graph.backends.base import Generation, GenerationRequest
     from mai_graph.context import MAIContext
 
-from mai_graph.backends.base import serving_kind
+from mai_graph.backends.base import provider_of
 
 __all__ = [
     "configure_from_env",
@@ -325,7 +325,7 @@ def call_span(backend: Any, request: GenerationRequest, node: str, role: str) ->
     model = str(getattr(backend, "name", "model"))
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": serving_kind(backend),
+        "gen_ai.provider.name": provider_of(backend),
         "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": request.max_tokens,
         "gen_ai.request.temperature": request.temperature,

@@ -4,20 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph.config import get_config
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Overwrite
 
-from mai_graph import llm_runs, tracing
-from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend, streams
+from mai_graph import tracing
+from mai_graph.backends.base import (
+    Generation,
+    GenerationRequest,
+    StreamingBackend,
+    VLMBackend,
+    capabilities_of,
+)
 from mai_graph.context import MAIContext, mai_settings
+from mai_graph.instrumented import answer_probability, labelled, node_config
 from mai_graph.loop import run_sync
 from mai_graph.state import MAIState, NodeMetrics
+
+__all__ = [
+    "Core",
+    "MAIRuntime",
+    "Node",
+    "Update",
+    "answer_probability",
+    "call",
+    "cancel_quietly",
+    "gather_all",
+    "node_config",
+    "offline",
+    "record",
+    "settled",
+    "staged",
+    "tag_metrics",
+    "tagged",
+]
 
 Update = dict[str, Any]
 T = TypeVar("T")
@@ -42,18 +65,6 @@ def settled(runtime: Runtime[Any]) -> MAIRuntime:
 def offline(ctx: MAIContext | None = None) -> MAIRuntime:
     """A runtime for calling a node core directly, outside a graph (events go nowhere)."""
     return Runtime(context=ctx or MAIContext())
-
-
-def node_config() -> RunnableConfig | None:
-    """The running node's config (callbacks, ``configurable``), or ``None`` outside a graph.
-
-    LangGraph sets it for the node's task; tasks the node starts, and a sync run's hop to the
-    shared loop, carry it on (both copy the caller's context variables).
-    """
-    try:
-        return get_config()
-    except RuntimeError:
-        return None
 
 
 class Node(Runnable[MAIState, Update]):
@@ -151,20 +162,6 @@ async def cancel_quietly(task: asyncio.Future[Any] | None) -> None:
         await task
 
 
-def answer_probability(gen: Generation) -> float | None:
-    """The model's probability for the text it generated: ``exp(sum(logprobs))``.
-
-    >>> answer_probability(Generation("B", "m", 3, 1, 0.1, logprobs=(-0.5,)))
-    0.6065306597126334
-    """
-    if gen.distribution is not None and gen.text in gen.distribution:
-        return gen.distribution[gen.text]
-    if gen.logprobs is None or not gen.logprobs:
-        return None
-    total = math.fsum(gen.logprobs)
-    return min(1.0, math.exp(total)) if math.isfinite(total) else 0.0
-
-
 async def call(
     backend: VLMBackend,
     request: GenerationRequest,
@@ -177,29 +174,19 @@ async def call(
     Under ``stream_mode="custom"`` the graph emits ``{"event": "token", "node", "role",
     "text"}`` for each text delta (from backends that stream) and ``{"event": "metrics",
     **record}`` when the call ends (through the runtime's ``stream_writer``); otherwise the
-    events go nowhere.
-    The call is also a span (:mod:`~mai_graph.tracing`, when on) and a chat-model run for the
-    callbacks of the node's config (:mod:`~mai_graph.llm_runs`, when it has any).
+    events go nowhere. The graph's backends report the call as a span and a chat-model run
+    (:class:`~mai_graph.instrumented.InstrumentedBackend`), under the name given here.
     """
     write = runtime.stream_writer
-    run = await llm_runs.start_call(node_config(), backend, request, node, role)
-    with tracing.call_span(backend, request, node, role) as span:
-        try:
-            if streams(backend):
-                gen = await backend.generate_stream(
-                    request,
-                    lambda text: write(
-                        {"event": "token", "node": node, "role": role, "text": text}
-                    ),
-                )
-            else:
-                gen = await backend.generate(request)
-        except BaseException as exc:
-            await llm_runs.fail_call(run, exc)
-            raise
-        prob = answer_probability(gen) if request.purpose != "cot" else None
-        tracing.finish_call(span, gen, prob)
-    await llm_runs.end_call(run, gen, request.purpose)
+    with labelled(node, role):
+        if capabilities_of(backend).stream:
+            gen = await cast(StreamingBackend, backend).generate_stream(
+                request,
+                lambda text: write({"event": "token", "node": node, "role": role, "text": text}),
+            )
+        else:
+            gen = await backend.generate(request)
+    prob = answer_probability(gen) if request.purpose != "cot" else None
     rec = record(node, role, gen, prob)
     write({"event": "metrics", **rec})
     return gen, rec

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from mai_graph.backends.base import VLMBackend, VocabularyBackend
+from mai_graph.backends.base import VLMBackend, VocabularyBackend, capabilities_of
 from mai_graph.calls import Question, s2_request
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
@@ -46,9 +46,10 @@ async def same_tokenizer(small: VLMBackend, large: VLMBackend) -> bool:
     Asking may start an engine that has not started yet (e.g. a thread resumed in a fresh
     process at this node).
     """
-    if not (isinstance(small, VocabularyBackend) and isinstance(large, VocabularyBackend)):
+    if not (capabilities_of(small).vocabulary and capabilities_of(large).vocabulary):
         return False
-    return await small.vocab_fingerprint() == await large.vocab_fingerprint()
+    first, second = cast(VocabularyBackend, small), cast(VocabularyBackend, large)
+    return await first.vocab_fingerprint() == await second.vocab_fingerprint()
 
 
 async def sparsify(

@@ -72,6 +72,7 @@ def settings() -> str:
 
 def backends() -> str:
     """The backend table: each backend class, its ``--backend`` name, what it can do."""
+    from mai_graph.backends.base import capabilities_of
     from mai_graph.backends.fake import FunctionBackend, ScriptedBackend
     from mai_graph.backends.openai import OpenAIBackend
     from mai_graph.backends.transformers import TransformersBackend
@@ -79,18 +80,19 @@ def backends() -> str:
     from mai_graph.engines.select import BACKENDS
 
     members = {
-        "streaming": ("generate_stream",),
-        "logprobs": ("supports_logprobs",),
-        "vocabulary": ("vocab_fingerprint",),
-        "attention": ("attention",),
-        "managed engine": ("start", "shutdown"),
+        "streaming": "stream",
+        "logprobs": "logprobs",
+        "distributions": "distribution",
+        "vocabulary": "vocabulary",
+        "attention": "attention",
+        "managed engine": "managed",
     }
-    listed = (
-        (VLLMBackend, "vllm"),
-        (OpenAIBackend, "openai"),
-        (TransformersBackend, "transformers"),
-        (ScriptedBackend, "-"),
-        (FunctionBackend, "fake"),
+    listed = (  # an instance of each (nothing starts or loads until a request)
+        (VLLMBackend("m"), "vllm"),
+        (OpenAIBackend.from_url("http://127.0.0.1:9/v1", "m"), "openai"),
+        (TransformersBackend("m"), "transformers"),
+        (ScriptedBackend("A"), "-"),
+        (FunctionBackend(lambda request: "A"), "fake"),
     )
     named = {cli for _, cli in listed if cli != "-"}
     if named != set(BACKENDS):
@@ -100,9 +102,10 @@ def backends() -> str:
         "| backend | `--backend` | " + " | ".join(members) + " |",
         "|---|---|" + "---|" * len(members),
     ]
-    for cls, cli in listed:
-        marks = ["yes" if all(hasattr(cls, m) for m in ms) else "-" for ms in members.values()]
-        rows.append(f"| `{cls.__name__}` | {cli} | " + " | ".join(marks) + " |")
+    for backend, cli in listed:
+        caps = capabilities_of(backend)
+        marks = ["yes" if getattr(caps, field) else "-" for field in members.values()]
+        rows.append(f"| `{type(backend).__name__}` | {cli} | " + " | ".join(marks) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, TypeGuard, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 from mai_graph.errors import ConfigError, check_int
 from mai_graph.inputs.images import ImageRef
@@ -14,11 +13,11 @@ from mai_graph.inputs.video import VideoRef
 from mai_graph.messages import Message
 
 __all__ = [
+    "Side",
     "AttentionBackend",
-    "DistributionBackend",
+    "Capabilities",
     "Generation",
     "GenerationRequest",
-    "LogprobsBackend",
     "ManagedBackend",
     "Purpose",
     "StageTimes",
@@ -26,9 +25,9 @@ __all__ = [
     "TextCallback",
     "VLMBackend",
     "VocabularyBackend",
+    "capabilities_of",
     "check_backend",
-    "serving_kind",
-    "streams",
+    "provider_of",
 ]
 
 Purpose = Literal["short", "cot", "s2", "answer", "attention", "warmup", "generate"]
@@ -183,10 +182,13 @@ class VLMBackend(Protocol):
 TextCallback = Callable[[str], None]
 """Receives each new piece of generated text, in order, on the caller's event loop."""
 
+Side = VLMBackend | list[VLMBackend]
+"""One side of a lineup as the factories build it: a backend, or a list when the side has
+several models (drafters, a chain); what :func:`~mai_graph.graph.create_mai_graph` takes."""
 
-@runtime_checkable
+
 class StreamingBackend(VLMBackend, Protocol):
-    """A backend that can also report text as it is generated (all shipped backends can)."""
+    """A backend that reports text as it is generated (``capabilities.stream``)."""
 
     async def generate_stream(
         self, request: GenerationRequest, on_text: TextCallback
@@ -195,9 +197,8 @@ class StreamingBackend(VLMBackend, Protocol):
         ...
 
 
-@runtime_checkable
 class VocabularyBackend(Protocol):
-    """A backend that can name its tokenizer's vocabulary.
+    """A backend that can name its tokenizer's vocabulary (``capabilities.vocabulary``).
 
     Two backends with the same fingerprint tokenize identically, so the small model's reasoning
     token ids can be spliced into the large model's prompt as they are.
@@ -208,38 +209,11 @@ class VocabularyBackend(Protocol):
         ...
 
 
-@runtime_checkable
-class LogprobsBackend(Protocol):
-    """A backend whose generations carry ``logprobs`` when a request asks for them.
-
-    Each value is the log-probability of the generated token under the distribution it was
-    drawn from, as vLLM reports it: a ``choices`` constraint is part of it (the odds are
-    renormalized over the allowed continuations), temperature and the ``min_tokens`` ban are
-    not. So ``exp(sum(logprobs))`` of a constrained short answer is the model's probability
-    for that answer among the allowed ones (the confidence gate).
-    """
-
-    supports_logprobs: Literal[True]
-
-
-@runtime_checkable
-class DistributionBackend(Protocol):
-    """A backend that answers requests with ``distribution`` in one decode step.
-
-    It reads the log-probabilities of each allowed answer's first tokens at the first
-    generated position (vLLM's ``logprob_token_ids``, the logits on transformers,
-    ``top_logprobs`` over a server, the fakes' script) and returns the distribution, its
-    ``text`` the answer taken from it. Where the first tokens cannot tell the answers apart
-    (an answer of several tokens, two answers sharing a first token) it generates as
-    ``choices`` asks and sets ``distribution_fallback`` to why.
-    """
-
-    supports_distribution: Literal[True]
-
-
-@runtime_checkable
 class AttentionBackend(Protocol):
-    """A backend that exposes attention weights (the ``attention`` sparsification strategy)."""
+    """A backend that exposes attention weights (``capabilities.attention``).
+
+    The ``attention`` sparsification strategy reads them.
+    """
 
     async def attention(
         self, request: GenerationRequest, *, layers: Sequence[int] | None = None, full: bool = False
@@ -248,9 +222,8 @@ class AttentionBackend(Protocol):
         ...
 
 
-@runtime_checkable
 class ManagedBackend(Protocol):
-    """A backend with an engine to start ahead of the first request and to shut down."""
+    """A backend with an engine to start and shut down (``capabilities.managed``)."""
 
     async def start(self) -> None:
         """Start (or load) the engine now instead of on the first request."""
@@ -261,47 +234,88 @@ class ManagedBackend(Protocol):
         ...
 
 
-_STREAMS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do beyond ``generate``, declared once as its ``capabilities``.
 
-
-def streams(backend: object) -> TypeGuard[StreamingBackend]:
-    """Whether ``backend`` is a :class:`StreamingBackend`, checked once per backend object.
-
-    A protocol ``isinstance`` costs tens of microseconds (Python 3.11 collects the protocol's
-    members on every check): more than the rest of a node's own work, once per model call.
+    The graph reads it where it chooses a path (stream a call or not, splice token ids or
+    re-encode text, score by attention, start and stop engines, check media counts). A backend
+    that declares none has its capabilities read off its members (:func:`capabilities_of`).
     """
-    try:
-        known = _STREAMS.get(backend)
-        if known is None:
-            known = _STREAMS[backend] = isinstance(backend, StreamingBackend)
-        return known
-    except TypeError:  # not weakly referenceable: ask every time
-        return isinstance(backend, StreamingBackend)
+
+    stream: bool = False
+    """``generate_stream(request, on_text)`` reports text as it is generated."""
+    logprobs: bool = False
+    """Generations carry ``logprobs`` when a request asks for them: each the log-probability
+    of the generated token under the distribution it was drawn from, as vLLM reports it (a
+    ``choices`` constraint is part of it, temperature and the ``min_tokens`` ban are not), so
+    ``exp(sum(logprobs))`` of a constrained short answer is the model's probability for it
+    among the allowed ones (the confidence gate)."""
+    distribution: bool = False
+    """Requests with ``distribution`` are answered in one decode step: the log-probabilities
+    of each allowed answer's first tokens at the first generated position (vLLM's
+    ``logprob_token_ids``, the logits on transformers, ``top_logprobs`` over a server, the
+    fakes' script); where the first tokens cannot tell the answers apart it generates as
+    ``choices`` asks and sets ``distribution_fallback`` to why."""
+    vocabulary: bool = False
+    """``vocab_fingerprint()`` names the tokenizer (:class:`VocabularyBackend`)."""
+    attention: bool = False
+    """``attention(request)`` returns attention weights (:class:`AttentionBackend`)."""
+    managed: bool = False
+    """An engine with ``start()`` and ``shutdown()`` (:class:`ManagedBackend`)."""
+    media_limits: tuple[tuple[str, int], ...] | None = None
+    """Most items per prompt by modality (``limit_mm_per_prompt``), when the engine has them."""
+
+    def limits(self) -> dict[str, int] | None:
+        """:attr:`media_limits` as a mapping (None: no limits declared)."""
+        return None if self.media_limits is None else dict(self.media_limits)
 
 
-_KINDS = {"VLLMBackend": "vllm", "OpenAIBackend": "openai", "TransformersBackend": "transformers"}
+def capabilities_of(backend: object) -> Capabilities:
+    """A backend's :class:`Capabilities`: those it declares, else read off its members.
 
-
-def serving_kind(backend: object) -> str:
-    """What serves ``backend``'s calls (``vllm``, ``openai``, ``transformers``), under wrappers.
-
-    Steering and recording wrappers hold the backend they wrap as ``inner``; anything else
-    (the fakes, a user's own backend) is ``mai-graph``. An OpenAI-compatible server spoken to
-    with vLLM's request options (``vllm_extras``, the default) is ``vllm``.
+    Every shipped backend and wrapper declares them (an attribute read); a backend of your own
+    needs only ``name`` and ``generate``, and gets the capabilities its methods offer.
 
     >>> from mai_graph.backends.fake import ScriptedBackend
-    >>> serving_kind(ScriptedBackend("A"))
-    'mai-graph'
+    >>> capabilities_of(ScriptedBackend("A")).stream
+    True
+    >>> class Mine:
+    ...     name = "mine"
+    ...     async def generate(self, request): ...
+    >>> capabilities_of(Mine())
+    Capabilities(stream=False, logprobs=False, distribution=False, vocabulary=False, \
+attention=False, managed=False, media_limits=None)
     """
-    for _ in range(8):
-        kind = _KINDS.get(type(backend).__name__)
-        if kind == "openai" and getattr(backend, "vllm_extras", False):
-            kind = "vllm"
-        inner = vars(backend).get("inner") if hasattr(backend, "__dict__") else None
-        if kind is not None or inner is None:
-            return kind or "mai-graph"
-        backend = inner
-    return "mai-graph"
+    declared = getattr(backend, "capabilities", None)
+    if isinstance(declared, Capabilities):
+        return declared
+
+    def has(*names: str) -> bool:
+        return all(callable(getattr(backend, n, None)) for n in names)
+
+    limits = getattr(backend, "media_limits", None)
+    return Capabilities(
+        stream=has("generate_stream"),
+        vocabulary=has("vocab_fingerprint"),
+        attention=has("attention"),
+        managed=has("start", "shutdown"),
+        media_limits=tuple(sorted(limits.items())) if isinstance(limits, Mapping) else None,
+    )
+
+
+def provider_of(backend: object) -> str:
+    """What serves ``backend``'s calls: its ``provider``, else ``mai-graph``.
+
+    Shipped providers are ``vllm``, ``openai`` and ``transformers``; wrappers report the
+    backend they wrap.
+
+    >>> from mai_graph.backends.fake import ScriptedBackend
+    >>> provider_of(ScriptedBackend("A")), provider_of(object())
+    ('mai-graph', 'mai-graph')
+    """
+    provider = getattr(backend, "provider", None)
+    return provider if isinstance(provider, str) and provider else "mai-graph"
 
 
 def check_backend(backend: object, parameter: str) -> VLMBackend:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from mai_graph.answers.distribution import answer_of, around
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.base import Capabilities, Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import common_prefix
 from mai_graph.errors import BackendError, ConfigError
 from mai_graph.messages import Message
@@ -52,11 +52,25 @@ def _fake_logprob(token: str) -> float:
 class _FakeEngine:
     """Bookkeeping shared by the fakes: records, in-flight counts, prefix cache, token limits."""
 
-    supports_logprobs = True
-    """Generations carry logprobs when asked: scripted (``probs``) or a stable fake per word."""
-    supports_distribution = True
-    """Requests with ``distribution`` get one (scripted, or built around the answer's odds)
-    when the scripted text is one of the allowed answers."""
+    media_limits: Mapping[str, int] | None = None
+    """Most items per prompt by modality, as an engine's ``limit_mm_per_prompt`` (set it to
+    see the graph refuse a run over them); ``None``: no limits."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What a fake can do, with the media limits set on it.
+
+        Streams; generations carry logprobs when asked (scripted ``probs``, or a stable fake
+        per word); requests with ``distribution`` get one (scripted, or built around the
+        answer's odds) when the scripted text is one of the allowed answers.
+        """
+        limits = self.media_limits
+        return Capabilities(
+            stream=True,
+            logprobs=True,
+            distribution=True,
+            media_limits=None if limits is None else tuple(sorted(limits.items())),
+        )
 
     def __init__(self, name: str, latency: float, image_tokens: int, cache_size: int) -> None:
         if latency < 0:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
-from mai_graph.backends.base import ManagedBackend
+from mai_graph.backends.base import ManagedBackend, capabilities_of
 
 __all__ = ["shutdown_backends", "start_backends"]
 
@@ -18,8 +19,8 @@ def _managed(backends: Sequence[object]) -> list[ManagedBackend]:
         for backend in items:
             if isinstance(backend, list | tuple):
                 walk(backend)
-            elif isinstance(backend, ManagedBackend):
-                found.setdefault(id(backend), backend)
+            elif capabilities_of(backend).managed:
+                found.setdefault(id(backend), cast(ManagedBackend, backend))
 
     walk(backends)
     return list(found.values())

@@ -30,7 +30,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mai_graph.answers.distribution import fold, pick
-from mai_graph.backends.base import Generation, GenerationRequest, StageTimes, TextCallback
+from mai_graph.backends.base import (
+    Capabilities,
+    Generation,
+    GenerationRequest,
+    StageTimes,
+    TextCallback,
+)
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import check_roles, thinking_for
 from mai_graph.errors import BackendError, ConfigError
@@ -204,11 +210,10 @@ class OpenAIBackend:
             cache; ``None`` sends none. Servers ignore it.
     """
 
-    supports_logprobs = True
-    """Generations carry the server's token logprobs when asked."""
-    supports_distribution = True
-    """Requests with ``distribution`` are answered in one step from the first token's
-    ``top_logprobs`` (:data:`TOP_LOGPROBS` of them: an answer outside them counts as 0)."""
+    capabilities = Capabilities(stream=True, logprobs=True, distribution=True)
+    """Streams; generations carry the server's token logprobs when asked; requests with
+    ``distribution`` are answered in one step from the first token's ``top_logprobs``
+    (:data:`TOP_LOGPROBS` of them: an answer outside them counts as 0)."""
 
     def __init__(
         self,
@@ -231,6 +236,8 @@ class OpenAIBackend:
         self.model = model
         self.name = name or model
         self.vllm_extras = vllm_extras
+        self.provider = "vllm" if vllm_extras else "openai"
+        """What serves the calls: ``vllm`` when spoken to with vLLM's request options."""
         self.affinity_header = affinity_header
 
     @classmethod

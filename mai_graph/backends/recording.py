@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from mai_graph.backends.base import (
+    Capabilities,
     Generation,
     GenerationRequest,
     Purpose,
-    TextCallback,
     VLMBackend,
-    streams,
+    capabilities_of,
 )
+from mai_graph.backends.wrapper import WrapperBackend
 
 __all__ = ["ForcedBackend", "RecordingBackend"]
 
 
-class RecordingBackend:
+class RecordingBackend(WrapperBackend):
     """Wraps a backend and records every request it receives and every generation it returns.
 
     Attributes:
@@ -34,31 +34,17 @@ class RecordingBackend:
     """
 
     def __init__(self, inner: VLMBackend) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.requests: list[GenerationRequest] = []
         self.calls: list[tuple[GenerationRequest, Generation]] = []
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (copy / unpickle): never recurse
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        """Serve ``request`` on the inner backend and record it."""
+    def before(self, request: GenerationRequest) -> GenerationRequest:
+        """Record the request as it reaches the inner backend."""
         self.requests.append(request)
-        generation = await self.inner.generate(request)
-        self.calls.append((request, generation))
-        return generation
+        return request
 
-    async def generate_stream(
-        self, request: GenerationRequest, on_text: TextCallback
-    ) -> Generation:
-        """Streaming :meth:`generate` (when the inner backend streams)."""
-        if not streams(self.inner):
-            return await self.generate(request)
-        self.requests.append(request)
-        generation = await self.inner.generate_stream(request, on_text)
+    def after(self, request: GenerationRequest, generation: Generation) -> Generation:
+        """Record the call once it succeeded."""
         self.calls.append((request, generation))
         return generation
 
@@ -82,7 +68,8 @@ class ForcedBackend(RecordingBackend):
 
     Lengths are forced on the engine (it decodes exactly that many tokens), and the answer text
     is replaced after the engine produced it, so a route can be chosen while every timing stays
-    real (benchmarks, ``mai-graph doctor``). Every call is recorded.
+    real (benchmarks, ``mai-graph doctor``). Every call is recorded. It does not stream: the
+    forced text is only known at the end.
     """
 
     def __init__(
@@ -91,20 +78,20 @@ class ForcedBackend(RecordingBackend):
         super().__init__(inner)
         self.texts, self.lengths = dict(texts), dict(lengths)
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        """Serve ``request`` with its forced length; replace the text where one is forced."""
+    @property
+    def capabilities(self) -> Capabilities:
+        """The inner backend's, without streaming."""
+        return dataclasses.replace(capabilities_of(self.inner), stream=False)
+
+    def before(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with its forced length, recorded."""
         n = self.lengths.get(request.purpose)
         if n:
             request = dataclasses.replace(request, min_tokens=n, max_tokens=n, choices=None)
-        self.requests.append(request)
-        gen = await self.inner.generate(request)
-        if request.purpose in self.texts:
-            gen = dataclasses.replace(gen, text=self.texts[request.purpose])
-        self.calls.append((request, gen))
-        return gen
+        return super().before(request)
 
-    async def generate_stream(
-        self, request: GenerationRequest, on_text: TextCallback
-    ) -> Generation:
-        """:meth:`generate` (the forced text is only known at the end)."""
-        return await self.generate(request)
+    def after(self, request: GenerationRequest, generation: Generation) -> Generation:
+        """The generation with its forced text, recorded."""
+        if request.purpose in self.texts:
+            generation = dataclasses.replace(generation, text=self.texts[request.purpose])
+        return super().after(request, generation)

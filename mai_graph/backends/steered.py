@@ -9,16 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from mai_graph.backends.base import (
-    Generation,
-    GenerationRequest,
-    Purpose,
-    TextCallback,
-    VLMBackend,
-    streams,
-)
+from mai_graph.backends.base import GenerationRequest, Purpose, VLMBackend
+from mai_graph.backends.wrapper import WrapperBackend
 from mai_graph.errors import ConfigError
 
 __all__ = ["SteeredBackend"]
@@ -26,7 +19,7 @@ __all__ = ["SteeredBackend"]
 _PURPOSES: tuple[Purpose, ...] = ("short", "cot", "s2", "answer")
 
 
-class SteeredBackend:
+class SteeredBackend(WrapperBackend):
     """Wraps a backend and constrains outputs per request purpose.
 
     Args:
@@ -43,17 +36,10 @@ class SteeredBackend:
                 parameter="choices",
                 value=unknown,
             )
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.choices = {k: tuple(v) for k, v in choices.items()}
 
-    def __getattr__(self, name: str) -> Any:
-        # Transparent for everything else (tokenizer, vocab fingerprint, attention, start, ...).
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def _steer(self, request: GenerationRequest) -> GenerationRequest:
+    def before(self, request: GenerationRequest) -> GenerationRequest:
         """The request narrowed to the steered outputs, and generated.
 
         Never read off one step: a distribution would range over every allowed answer, not
@@ -63,15 +49,3 @@ class SteeredBackend:
         if forced is None:
             return request
         return dataclasses.replace(request, choices=forced, distribution=None)
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        """Serve ``request`` on the inner backend, narrowed to the steered choices."""
-        return await self.inner.generate(self._steer(request))
-
-    async def generate_stream(
-        self, request: GenerationRequest, on_text: TextCallback
-    ) -> Generation:
-        """Streaming :meth:`generate` (when the inner backend streams)."""
-        if not streams(self.inner):
-            return await self.generate(request)
-        return await self.inner.generate_stream(self._steer(request), on_text)

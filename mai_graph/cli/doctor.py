@@ -23,7 +23,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["register"]
 
@@ -205,7 +205,7 @@ async def _run_engines(
     args: argparse.Namespace,
     kv_per_token: dict[str, int] | None = None,
 ) -> None:
-    from mai_graph.backends.base import ManagedBackend
+    from mai_graph.backends.base import ManagedBackend, capabilities_of
     from mai_graph.backends.lifecycle import shutdown_backends
     from mai_graph.latency.bench import ROUTES, format_bench, measure
     from mai_graph.tiny.demo import demo_image
@@ -213,12 +213,12 @@ async def _run_engines(
     try:
         for role, backend in (("small", small), ("large", large)):
             name = getattr(backend, "name", role)
-            if not isinstance(backend, ManagedBackend):
+            if not capabilities_of(backend).managed:
                 checks.add(f"start {role}", True, f"{name}: no engine to start (remote)")
                 continue
             start = time.perf_counter()
             try:
-                await backend.start()
+                await cast(ManagedBackend, backend).start()
             except Exception as exc:  # noqa: BLE001 - reported in the table
                 checks.add(f"start {role}", False, f"{name}: {exc}")
                 return

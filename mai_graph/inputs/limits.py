@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mai_graph.errors import ConfigError, ImageError
 from mai_graph.inputs.images import DEFAULT_MAX_PIXELS, ImageRef, load_image, make_ref
@@ -306,16 +306,18 @@ def check_media_counts(
 
 
 def check_backends(
-    images: Sequence[ImageRef], videos: Sequence[VideoRef], backends: Sequence[Any]
+    images: Sequence[ImageRef],
+    videos: Sequence[VideoRef],
+    limits: Sequence[tuple[str, Mapping[str, int] | None]],
 ) -> None:
-    """Check a question's media against every backend that declares ``media_limits``.
+    """Check a question's media against each backend's ``(name, media limits)``.
 
-    A run then fails before its first model call rather than halfway.
+    The limits are the backends' declared ones (``capabilities.media_limits``; None: no
+    limits). A run then fails before its first model call rather than halfway.
 
     Raises:
         ConfigError: A backend cannot take this many images or videos.
     """
-    for backend in backends:
-        limits = getattr(backend, "media_limits", None)
-        if isinstance(limits, Mapping):
-            check_media_counts(backend.name, limits, images, videos)
+    for name, per_prompt in limits:
+        if per_prompt is not None:
+            check_media_counts(name, per_prompt, images, videos)

@@ -24,9 +24,14 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from mai_graph.backends.base import GenerationRequest, StreamingBackend, VLMBackend
+from mai_graph.backends.base import (
+    GenerationRequest,
+    StreamingBackend,
+    VLMBackend,
+    capabilities_of,
+)
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.latency.model import (
@@ -135,8 +140,8 @@ def _ignore(_: str) -> None:
 
 async def _generate(backend: VLMBackend, request: GenerationRequest) -> Any:
     """A call as the graph's nodes make it: streamed when the backend streams."""
-    if isinstance(backend, StreamingBackend):
-        return await backend.generate_stream(request, _ignore)
+    if capabilities_of(backend).stream:
+        return await cast(StreamingBackend, backend).generate_stream(request, _ignore)
     return await backend.generate(request)
 
 

@@ -1,6 +1,8 @@
 """Token-importance scorers for the sparsify node, and token selection."""
 
-from mai_graph.backends.base import AttentionBackend
+from typing import cast
+
+from mai_graph.backends.base import AttentionBackend, capabilities_of
 from mai_graph.scoring.attention import AttentionScorer
 from mai_graph.scoring.base import (
     ReasoningInput,
@@ -35,13 +37,13 @@ def default_scorers(small: object) -> dict[str, TokenScorer]:
     """Scorers a graph gets unless told otherwise.
 
     ``surprisal`` and ``relevance`` always; ``attention`` when the small model's backend
-    exposes attention weights (:class:`~mai_graph.backends.base.AttentionBackend`, e.g.
+    exposes attention weights (``capabilities.attention``, e.g.
     transformers: its own backend is reused, caches included).
     """
     scorers: dict[str, TokenScorer] = {
         "surprisal": SurprisalScorer(),
         "relevance": RelevanceScorer(),
     }
-    if isinstance(small, AttentionBackend):
-        scorers["attention"] = AttentionScorer(small)
+    if capabilities_of(small).attention:
+        scorers["attention"] = AttentionScorer(cast(AttentionBackend, small))
     return scorers

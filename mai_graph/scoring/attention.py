@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mai_graph.backends.base import AttentionBackend, GenerationRequest
+from mai_graph.backends.base import AttentionBackend, GenerationRequest, capabilities_of
 from mai_graph.errors import ConfigError
 from mai_graph.scoring.base import ReasoningInput
 
@@ -43,7 +43,7 @@ class AttentionScorer:
             from mai_graph.backends.transformers import TransformersBackend
 
             model = TransformersBackend(model, name=f"attention:{model}")
-        if not isinstance(model, AttentionBackend):
+        if not capabilities_of(model).attention:
             raise ConfigError(
                 "the attention scorer needs a backend that exposes attention (e.g. "
                 f"TransformersBackend), got {type(model).__name__}",

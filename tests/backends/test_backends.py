@@ -1,4 +1,5 @@
-"""Backend capabilities are declared Protocols; missing extras fail clearly; one registry."""
+"""Backends declare one capabilities object; wrappers show what they wrap; missing extras fail
+clearly; one registry."""
 
 import importlib
 import importlib.util
@@ -7,14 +8,7 @@ import sys
 import pytest
 
 from mai_graph import FunctionBackend, Generation, ScriptedBackend, create_mai_graph
-from mai_graph.backends.base import (
-    AttentionBackend,
-    LogprobsBackend,
-    ManagedBackend,
-    StreamingBackend,
-    VLMBackend,
-    VocabularyBackend,
-)
+from mai_graph.backends.base import Capabilities, VLMBackend, capabilities_of, provider_of
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.steered import SteeredBackend
@@ -52,30 +46,67 @@ class LazyEngine(Plain):
 def test_fakes_declare_what_they_support():
     for backend in (ScriptedBackend("A"), FunctionBackend(lambda r: "A")):
         assert isinstance(backend, VLMBackend)
-        assert isinstance(backend, StreamingBackend)
-        assert isinstance(backend, LogprobsBackend)
-        assert not isinstance(backend, VocabularyBackend)
-        assert not isinstance(backend, AttentionBackend)
-        assert not isinstance(backend, ManagedBackend)
+        caps = capabilities_of(backend)
+        assert caps.stream and caps.logprobs and caps.distribution
+        assert not (caps.vocabulary or caps.attention or caps.managed)
+        assert caps.limits() is None
+        assert provider_of(backend) == "mai-graph"
 
 
 def test_a_minimal_backend_declares_nothing_else():
     backend = Plain()
     assert isinstance(backend, VLMBackend)
-    for capability in (StreamingBackend, LogprobsBackend, VocabularyBackend, ManagedBackend):
-        assert not isinstance(backend, capability)
+    assert capabilities_of(backend) == Capabilities()
+    assert provider_of(backend) == "mai-graph"
+
+
+def test_an_undeclared_backend_gets_what_its_members_offer():
+    caps = capabilities_of(LazyEngine("x"))
+    assert caps.vocabulary and caps.managed
+    assert not (caps.stream or caps.logprobs or caps.attention)
+
+    class Limited(Plain):
+        media_limits = {"video": 0, "image": 2}
+        provider = ""  # an empty provider is no provider
+
+    assert capabilities_of(Limited()).limits() == {"image": 2, "video": 0}
+    assert provider_of(Limited()) == "mai-graph"
+
+
+def test_a_declared_capabilities_object_wins_over_members():
+    class Quiet(LazyEngine):
+        capabilities = Capabilities(logprobs=True)
+        provider = "mine"
+
+    assert capabilities_of(Quiet("x")) == Capabilities(logprobs=True)
+    assert provider_of(Quiet("x")) == "mine"
 
 
 def test_steered_backend_declares_exactly_what_it_wraps():
     lazy = SteeredBackend(LazyEngine("x"), {"short": ["A"]})
-    assert isinstance(lazy, VocabularyBackend) and isinstance(lazy, ManagedBackend)
-    plain = SteeredBackend(Plain(), {})
-    assert not isinstance(plain, VocabularyBackend) and not isinstance(plain, ManagedBackend)
+    assert capabilities_of(lazy) == capabilities_of(LazyEngine("x"))
+    assert SteeredBackend(Plain(), {}).capabilities == Capabilities()
+    scripted = SteeredBackend(ScriptedBackend("A", name="s"), {})
+    assert scripted.capabilities == capabilities_of(ScriptedBackend("A")) and scripted.name == "s"
+    limited = ScriptedBackend("A")
+    limited.media_limits = {"image": 1}
+    assert SteeredBackend(limited, {}).capabilities.limits() == {"image": 1}
+
+
+def test_forced_backend_does_not_stream_what_it_rewrites():
+    from mai_graph.backends.recording import ForcedBackend
+
+    forced = ForcedBackend(ScriptedBackend("A"), {"short": "B"}, {})
+    assert not capabilities_of(forced).stream
+    assert capabilities_of(forced).logprobs
 
 
 async def test_recording_backend_records_every_call_and_hides_nothing():
     lazy = RecordingBackend(LazyEngine("x"))
-    assert isinstance(lazy, VocabularyBackend) and isinstance(lazy, ManagedBackend)
+    caps = capabilities_of(lazy)
+    assert caps.vocabulary and caps.managed
+    assert await lazy.vocab_fingerprint() == "vocab-x"  # members pass through
+    assert lazy.inner.started == 1
     small = RecordingBackend(
         FunctionBackend(lambda r: {"short": "C", "cot": "I think B", "s2": "B"}[r.purpose])
     )

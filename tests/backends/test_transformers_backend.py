@@ -19,13 +19,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mai_graph.backends.base import (  # noqa: E402
-    AttentionBackend,
     GenerationRequest,
-    LogprobsBackend,
-    ManagedBackend,
-    StreamingBackend,
     VLMBackend,
-    VocabularyBackend,
+    capabilities_of,
+    provider_of,
 )
 from mai_graph.backends.transformers import TransformersBackend  # noqa: E402
 from mai_graph.backends.transformers import backend as backend_module  # noqa: E402
@@ -75,16 +72,11 @@ def test_import_loads_neither_torch_nor_transformers():
 
 def test_declares_every_capability():
     backend = TransformersBackend("/no/such/checkpoint")  # nothing loads until it must
-    for protocol in (
-        VLMBackend,
-        StreamingBackend,
-        VocabularyBackend,
-        LogprobsBackend,
-        AttentionBackend,
-        ManagedBackend,
-    ):
-        assert isinstance(backend, protocol), protocol.__name__
-    assert TransformersBackend.supports_logprobs is True
+    assert isinstance(backend, VLMBackend)
+    caps = capabilities_of(backend)
+    assert caps.stream and caps.logprobs and caps.distribution
+    assert caps.vocabulary and caps.attention and caps.managed
+    assert provider_of(backend) == "transformers"
     assert inspect.iscoroutinefunction(TransformersBackend.vocab_fingerprint)
 
 

@@ -455,11 +455,11 @@ def test_a_review_pause_is_not_an_error(exporter):
 
 
 def test_a_vllm_server_is_named_vllm_in_spans():
-    from mai_graph.backends.base import serving_kind
+    from mai_graph.backends.base import provider_of
     from mai_graph.backends.openai import OpenAIBackend
     from mai_graph.backends.steered import SteeredBackend
 
     served = OpenAIBackend.from_url("http://127.0.0.1:9/v1", "m")
-    assert serving_kind(served) == "vllm" and serving_kind(SteeredBackend(served, {})) == "vllm"
+    assert provider_of(served) == "vllm" and provider_of(SteeredBackend(served, {})) == "vllm"
     other = OpenAIBackend.from_url("http://127.0.0.1:9/v1", "m", vllm_extras=False)
-    assert serving_kind(other) == "openai"
+    assert provider_of(other) == "openai"

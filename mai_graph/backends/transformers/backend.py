@@ -14,10 +14,10 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from mai_graph.answers.distribution import first_token_ids, fold, pick
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.base import Capabilities, Generation, GenerationRequest, TextCallback
 from mai_graph.backends.render import render, thinking_for
 from mai_graph.backends.render import vocab_fingerprint as fingerprint_of
 from mai_graph.backends.transformers.attention import reasoning_attention
@@ -68,11 +68,17 @@ class TransformersBackend:
         **model_kwargs: Passed to ``from_pretrained`` (e.g. ``attn_implementation="eager"``).
     """
 
-    supports_logprobs: Literal[True] = True
-    """Generations carry the model's own logprobs when asked (see
-    :class:`~mai_graph.backends.base.LogprobsBackend`)."""
-    supports_distribution: Literal[True] = True
-    """Requests with ``distribution`` are answered from the prefill's logits (one step)."""
+    provider = "transformers"
+    """What serves the calls (span and run attributes)."""
+    capabilities = Capabilities(
+        stream=True,
+        logprobs=True,  # the model's own, when asked
+        distribution=True,  # from the prefill's logits (one step)
+        vocabulary=True,
+        attention=True,
+        managed=True,
+    )
+    """What this backend can do beyond ``generate``."""
 
     def __init__(
         self,

@@ -24,12 +24,13 @@ worker and waits up to :data:`ENGINE_EXIT_GRACE_S` for them to exit by themselve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mai_graph.backends.base import Generation, GenerationRequest, TextCallback
+from mai_graph.backends.base import Capabilities, Generation, GenerationRequest, TextCallback
 from mai_graph.backends.extras import require_extra
 from mai_graph.backends.render import vocab_fingerprint
 from mai_graph.backends.vllm import compat
@@ -103,11 +104,18 @@ class VLLMBackend:
         ``small = VLLMBackend("Qwen/Qwen3-VL-2B-Instruct", gpu_memory_utilization=0.25)``
     """
 
-    supports_logprobs = True
-    """Generations carry logprobs when asked (vLLM's default ``raw_logprobs``: after a choice
-    constraint's mask, before temperature and other logits processors)."""
-    supports_distribution = True
-    """Requests with ``distribution`` are answered in one step (``logprob_token_ids``)."""
+    provider = "vllm"
+    """What serves the calls (span and run attributes)."""
+    capabilities: Capabilities = Capabilities(
+        stream=True,
+        # vLLM's default ``raw_logprobs``: after a choice constraint's mask, before
+        # temperature and other logits processors.
+        logprobs=True,
+        distribution=True,  # one step, from ``logprob_token_ids``
+        vocabulary=True,
+        managed=True,
+    )
+    """What an engine can do beyond ``generate`` (an instance adds its media limits)."""
 
     def __init__(
         self,
@@ -146,6 +154,10 @@ class VLLMBackend:
         )
         self.media_limits = check_mm_limits(limit_mm_per_prompt)
         """Most items per prompt by modality (``image``, ``video``): ``limit_mm_per_prompt``."""
+        self.capabilities = dataclasses.replace(
+            VLLMBackend.capabilities, media_limits=tuple(sorted(self.media_limits.items()))
+        )
+        """What this engine can do beyond ``generate``."""
         self.model = model
         self._name = name or model
         options = dict(
