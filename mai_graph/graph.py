@@ -12,6 +12,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import RetryPolicy
 
+from mai_graph import flow
 from mai_graph.backends.base import VLMBackend
 from mai_graph.context import MAIContext, SparsifyStrategy, mai_settings
 from mai_graph.errors import BackendError, ConfigError
@@ -99,10 +100,7 @@ class Router(Runnable[MAIState, str]):
 
 def route_policy(state: MAIState, runtime: Runtime[Any]) -> Literal["mai", "short", "cot"]:
     """After ``prepare``: MAI verifies, the short baselines answer, the CoT baselines reason."""
-    policy = mai_settings(runtime.context).policy
-    if policy == "mai":
-        return "mai"
-    return "short" if policy in ("small", "large") else "cot"
+    return flow.entry(mai_settings(runtime.context).policy)
 
 
 def route_after_verify(state: MAIState) -> Literal["done", "disagree"]:
@@ -207,7 +205,7 @@ def create_mai_graph(
         >>> out["route"], out["canonical"]
         ('agree', 'yes')
     """
-    lineup = Lineup.of(small, large, *larger)
+    lineup = Lineup.of(small, large, *larger).instrumented()
     if image_policy is not None and not isinstance(image_policy, ImagePolicy):
         raise ConfigError(
             f"image_policy must be an ImagePolicy or None, got {image_policy!r}",

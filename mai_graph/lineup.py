@@ -22,6 +22,8 @@ from mai_graph.answers import canonical_match
 from mai_graph.backends.base import GenerationRequest, VLMBackend, check_backend
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
+from mai_graph.flow import Layout, Member
+from mai_graph.instrumented import instrumented
 
 __all__ = ["Drafter", "Lineup", "rank_drafts"]
 
@@ -120,6 +122,30 @@ class Lineup:
     def large(self) -> VLMBackend:
         """The last model of the chain (the ``large`` baselines' model)."""
         return self.chain[-1]
+
+    def instrumented(self) -> Lineup:
+        """This lineup with every backend reporting its calls (spans, chat-model runs).
+
+        :func:`~mai_graph.graph.create_mai_graph` builds its nodes over it
+        (:class:`~mai_graph.instrumented.InstrumentedBackend`).
+        """
+        return Lineup(
+            tuple(instrumented(b) for b in self.drafters),
+            tuple(instrumented(b) for b in self.chain),
+        )
+
+    @property
+    def layout(self) -> Layout:
+        """How many drafters and chain models: what :mod:`mai_graph.flow` decides over."""
+        return Layout(len(self.drafters), len(self.chain))
+
+    def backend(self, member: Member) -> VLMBackend:
+        """The backend at a :class:`~mai_graph.flow.Member`'s place."""
+        return (self.drafters if member.side == "drafter" else self.chain)[member.index]
+
+    def backends(self, members: Sequence[Member]) -> list[VLMBackend]:
+        """The backends at ``members``' places, in order."""
+        return [self.backend(m) for m in members]
 
     def pair(self, stage: int) -> tuple[VLMBackend, VLMBackend]:
         """The (small, large) backends of a stage (1-based; stage 1's small: the first drafter)."""

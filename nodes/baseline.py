@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mai_graph import flow
 from mai_graph.calls import canonical, short_request
 from mai_graph.lineup import Lineup
 from mai_graph.state import MAIState
@@ -19,7 +20,8 @@ async def baseline(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict
     ctx = runtime.context
     q = state["request"]
     side = ctx.policy
-    backend = lineup.small if side == "small" else lineup.large
+    [model] = flow.called(side, lineup.layout)
+    backend = lineup.backend(model)
     gen, rec = await call(backend, short_request(q, ctx), "verify", side, runtime)
     canon = canonical(gen.text, q)
     return {

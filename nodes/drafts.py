@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
+from mai_graph import flow
 from mai_graph.calls import Question, canonical, cot_request, short_request
 from mai_graph.lineup import Drafter, Lineup
 from mai_graph.state import Draft, NodeMetrics
@@ -27,17 +28,14 @@ REASONING_KEYS = ("reasoning", "reasoning_token_ids", "reasoning_tokens", "reaso
 def reasoners(lineup: Lineup, runtime: MAIRuntime, stage: int) -> tuple[list[Drafter], str]:
     """Who reasons at ``stage`` under the run's policy, and in which role.
 
-    MAI's first stage: every draft (``small``). ``small_cot``: the smallest model; ``large_cot``:
-    the largest (``large``). A chain's stage ``s``: its small model (the model before it).
+    The reasoners are :func:`mai_graph.flow.reasoners`'; MAI's first stage takes each drafter
+    ``drafts`` times, every other reasoner once.
     """
     ctx = runtime.context
-    if stage > 1:
-        return [Drafter(0, lineup.chain[stage - 2], False)], "small"
-    if ctx.policy == "large_cot":
-        return [Drafter(0, lineup.large, False)], "large"
-    if ctx.policy == "small_cot":
-        return [Drafter(0, lineup.small, False)], "small"
-    return lineup.drafts(ctx), "small"
+    members, role = flow.reasoners(ctx.policy, stage, lineup.layout)
+    if ctx.policy == "mai" and stage == 1:
+        return lineup.drafts(ctx), role
+    return [Drafter(0, b, False) for b in lineup.backends(members)], role
 
 
 def _as_draft(rec: NodeMetrics, d: Drafter, several: bool) -> NodeMetrics:

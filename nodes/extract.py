@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from mai_graph import flow
 from mai_graph.calls import canonical, s2_request
 from mai_graph.gate import agreement_exits
 from mai_graph.lineup import Drafter, Lineup, rank_drafts
@@ -59,12 +60,16 @@ async def extract(
         best = answers[0]
     update.update({k: best[k] for k in ("s2_answer", "s2_canonical", "s2_prob")})
     text, canon, prob = best["s2_answer"], best["s2_canonical"], best["s2_prob"]
-    if ctx.policy in ("small_cot", "large_cot"):
-        update.update(answer=text, canonical=canon, route=ctx.policy)
-    elif ctx.s2_exit and agreement_exits(
-        canon, state.get("large_canonical") or "", prob, state.get("large_prob"), ctx
-    ):
-        update.update(answer=text, canonical=canon, route="extract_agree")
+    agrees = (
+        ctx.policy == "mai"
+        and ctx.s2_exit
+        and agreement_exits(
+            canon, state.get("large_canonical") or "", prob, state.get("large_prob"), ctx
+        )
+    )
+    route = flow.after_extract(ctx.policy, ctx.s2_exit, agrees)
+    if route is not None:
+        update.update(answer=text, canonical=canon, route=route)
     return update
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from langgraph.types import Overwrite
 
-from mai_graph.backends.base import VLMBackend
+from mai_graph import flow
+from mai_graph.backends.base import VLMBackend, capabilities_of
 from mai_graph.calls import Question, all_images, read_question
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
@@ -90,17 +91,12 @@ def check_run_budgets(ctx: MAIContext, lineup: Lineup) -> None:
     """
     from mai_graph.inputs.limits import check_budgets
 
-    if ctx.policy == "mai":
-        reasoners, readers = [*lineup.drafters, *lineup.chain[:-1]], list(lineup.chain)
-    elif ctx.policy == "small_cot":
-        reasoners, readers = [lineup.drafters[0]], []
-    elif ctx.policy == "large_cot":
-        reasoners, readers = [lineup.chain[-1]], []
-    else:
+    reasoners, readers = flow.budget_roles(ctx.policy, lineup.layout)
+    if not (reasoners or readers):
         return
     check_budgets(
-        reasoners,
-        readers,
+        lineup.backends(reasoners),
+        lineup.backends(readers),
         cot=ctx.cot_max_tokens,
         s2=ctx.s2_max_tokens,
         # each transferred draft is sparsified on its own, up to max_transfer_tokens
@@ -112,11 +108,7 @@ def check_run_budgets(ctx: MAIContext, lineup: Lineup) -> None:
 
 def called_backends(lineup: Lineup, ctx: MAIContext) -> list[VLMBackend]:
     """The backends a run under ``ctx.policy`` may call (MAI: every drafter and the chain)."""
-    if ctx.policy in ("small", "small_cot"):
-        return [lineup.small]
-    if ctx.policy in ("large", "large_cot"):
-        return [lineup.large]
-    return [*lineup.drafters, *lineup.chain]
+    return lineup.backends(flow.called(ctx.policy, lineup.layout))
 
 
 def make_prepare(lineup: Lineup, image_policy: ImagePolicy | None, review: bool) -> Node:
@@ -131,7 +123,9 @@ def make_prepare(lineup: Lineup, image_policy: ImagePolicy | None, review: bool)
         q = await validate_inputs(state, runtime, image_policy)
         videos = q.get("videos") or []
         if videos or len(q.get("images") or []) > 1:
-            check_backends(all_images(q), videos, called_backends(lineup, runtime.context))
+            backends = called_backends(lineup, runtime.context)
+            limits = [(b.name, capabilities_of(b).limits()) for b in backends]
+            check_backends(all_images(q), videos, limits)
         return consume_inputs(state, q)
 
     return Node("prepare", prepare)

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
+from mai_graph import flow
 from mai_graph.calls import canonical, short_request
 from mai_graph.gate import after_disagreement, pooled_probability, quorum_exits
 from mai_graph.lineup import Lineup
@@ -43,11 +44,10 @@ def decide(
 ) -> Route | None:
     """The gate's verdict: ``agree``, ``large_confident``, or None (reason on)."""
     canon, prob = large
-    if quorum_exits(small, canon, prob, ctx):
-        return "agree"
-    if after_disagreement(prob, ctx, pooled_prob) == "large":
-        return "large_confident"
-    return None
+    return flow.after_verify(
+        quorum_exits(small, canon, prob, ctx),
+        after_disagreement(prob, ctx, pooled_prob) == "large",
+    )
 
 
 async def settle(

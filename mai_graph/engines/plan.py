@@ -37,10 +37,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from mai_graph import flow
 from mai_graph.engines.shape import ModelShape, read_shape
 from mai_graph.engines.spec import LineupSpec, ModelSpec
 from mai_graph.errors import ConfigError, check_int, shown
 from mai_graph.jsonin import MAX_BYTES, parse_gib
+from mai_graph.workload import Workload
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
@@ -77,13 +79,6 @@ buffers) that are created after vLLM's profiling and so are not in its peak (an 
 
 UNSEEN_BYTES = GiB // 4
 """Per engine, outside its share: memory created lazily after vLLM profiled (an estimate)."""
-
-TEMPLATE_TOKENS = 96
-"""Chat-template tokens of a prompt beside the question: system prompt, role markers,
-instructions (mai-graph's prompts are shorter than this)."""
-
-S2_TURN_TOKENS = 48
-"""The S2 extraction turn's own tokens (instruction and markers)."""
 
 DEFAULT_BATCHED_TOKENS = 2048
 """``max_num_batched_tokens`` of an in-process ``AsyncLLM`` when unset: vLLM 0.32 gives its
@@ -249,57 +244,6 @@ def _probe_torch() -> list[Device]:
     return out
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What one MAI run asks of each model's context."""
-
-    images: int = 1
-    """Images per question (a video counts as its frames' tokens; plan for it with
-    ``max_pixels``)."""
-    max_pixels: int | None = None
-    """Pixel cap per image (default: each model's ``mm_processor_kwargs`` ``max_pixels``,
-    else its processor's cap)."""
-    question_tokens: int = 256
-    """The question and its options."""
-    cot_max_tokens: int = 512
-    short_max_tokens: int = 16
-    s2_max_tokens: int = 16
-    transfer_tokens: int = 103
-    """Reasoning tokens the large model reads (``keep_ratio`` x CoT budget, at most
-    ``max_transfer_tokens``)."""
-
-    @classmethod
-    def from_context(cls, context: Any = None, **overrides: Any) -> Workload:
-        """The workload of runs under ``context`` (a ``MAIContext``; default settings if None)."""
-        from mai_graph.context import MAIContext
-
-        ctx = context if context is not None else MAIContext()
-        transfer = min(ctx.max_transfer_tokens, math.ceil(ctx.keep_ratio * ctx.cot_max_tokens))
-        if ctx.sparsify == "none":
-            transfer = min(ctx.max_transfer_tokens, ctx.cot_max_tokens)
-        values: dict[str, Any] = dict(
-            cot_max_tokens=ctx.cot_max_tokens,
-            short_max_tokens=ctx.short_max_tokens,
-            s2_max_tokens=ctx.s2_max_tokens,
-            transfer_tokens=transfer,
-        )
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def prefix(self, image_tokens: int) -> int:
-        """System, image(s) and question: the part every call of a run shares."""
-        return TEMPLATE_TOKENS + self.images * image_tokens + self.question_tokens
-
-    def reasoner_tokens(self, image_tokens: int) -> int:
-        """Context of a model that reasons: prefix + CoT + S2 turn + S2 answer."""
-        return self.prefix(image_tokens) + self.cot_max_tokens + S2_TURN_TOKENS + self.s2_max_tokens
-
-    def reader_tokens(self, image_tokens: int) -> int:
-        """Context of a model that reads a transfer, or reasons as the ``large_cot`` baseline."""
-        read = self.prefix(image_tokens) + self.transfer_tokens + self.short_max_tokens
-        return max(read, self.reasoner_tokens(image_tokens))
-
-
 MEMORY_MODES = {
     "kv_bytes": "a fixed KV pool (kv_cache_memory_bytes); the share is vLLM's start check only",
     "share": "vLLM sizes the KV cache from the share minus its profiled peak (under vLLM 0.34 "
@@ -456,7 +400,7 @@ class MemoryPlan:
         return {
             "fits": self.fits,
             "devices": [asdict(d) for d in self.devices],
-            "workload": asdict(self.workload),
+            "workload": self.workload.model_dump(),
             "engines": [
                 {**{k: v for k, v in asdict(e).items() if k != "notes"}, "notes": list(e.notes)}
                 for e in self.engines
@@ -480,8 +424,8 @@ class MemoryPlan:
         image_tokens = self.engines[0].image_tokens if self.engines else 0
         lines.append(
             f"workload per run: {w.images} image(s) x {image_tokens}"
-            f" tokens, question {w.question_tokens}, CoT {w.cot_max_tokens}, transfer "
-            f"{w.transfer_tokens}, S2 {w.s2_max_tokens}, answer {w.short_max_tokens}"
+            f" tokens, question {w.question_tokens}, CoT {w.cot_tokens}, transfer "
+            f"{w.transfer_tokens}, S2 {w.s2_tokens or w.short_tokens}, answer {w.short_tokens}"
         )
         cpu = bool(self.devices) and self.devices[0].kind == "cpu"
         share = "kv_cache" if cpu else "share"
@@ -608,10 +552,10 @@ def _engine_plan(
                   fix=f"give at least {unit} pixels ({side}x{side}: one image token of this "
                   "model)")  # fmt: skip
     image_tokens = shape.image_tokens(int(max_pixels) if max_pixels else None)
-    run = (
-        workload.reasoner_tokens(image_tokens)
-        if role == "reasoner"
-        else workload.reader_tokens(image_tokens)
+    # A reasoner holds the small side's longest call (its S2 turn); a reader the large side's
+    # (the transfer it reads, or its own reasoning as large_cot or a chain's middle stage).
+    run = workload.for_model(image_tokens).context_tokens(
+        "small" if role == "reasoner" else "large"
     )
     kept = tuple(
         k
@@ -670,15 +614,18 @@ def _engine_plan(
 
 
 def _roles(lineup: LineupSpec) -> dict[str, str]:
-    """``reasoner`` for models that write a chain of thought in some stage, else ``reader``.
+    """Each model's :func:`mai_graph.flow.memory_role`: ``reasoner`` or ``reader``.
 
     Drafters and the small model reason; the chain's models read a transfer, and every one
     but the last also reasons as the next stage's small model.
     """
-    roles = {}
-    chain = [label for label, side, _ in lineup.members() if side == "large"]
-    for label, side, _ in lineup.members():
-        roles[label] = "reasoner" if side == "small" or label != chain[-1] else "reader"
+    small = [label for label, side, _ in lineup.members() if side == "small"]
+    large = [label for label, side, _ in lineup.members() if side == "large"]
+    layout = flow.Layout(max(1, len(small)), max(1, len(large)))
+    roles: dict[str, str] = {label: flow.memory_role(flow.Member("drafter", i), layout)
+             for i, label in enumerate(small)}  # fmt: skip
+    roles.update({label: flow.memory_role(flow.Member("chain", i), layout)
+                  for i, label in enumerate(large)})  # fmt: skip
     return roles
 
 
@@ -710,7 +657,7 @@ def plan_memory(
     Raises:
         ConfigError: A model's config is not on this machine or cannot be read.
     """
-    workload = workload or Workload()
+    workload = workload or Workload.from_context()
     shapes = dict(shapes or {})
     members = _in_process(lineup)
     roles = _roles(lineup)
@@ -909,14 +856,19 @@ def _fixes(
                 f"cap images at {pixels:,} pixels ({pixels // unit + 2:,} tokens each): "
                 f'mm_processor_kwargs={{"max_pixels": {pixels}}} for every model',
                 with_all(mm_processor_kwargs={"max_pixels": pixels}),
-                replace(workload, max_pixels=pixels),
+                workload.model_copy(update={"max_pixels": pixels}),
             ))  # fmt: skip
-    if workload.cot_max_tokens > 256:
+    if workload.cot_tokens > 256:
         tried.append(
             (
-                f"a shorter CoT budget: cot_max_tokens={workload.cot_max_tokens // 2}",
+                f"a shorter CoT budget: cot_max_tokens={workload.cot_tokens // 2}",
                 lineup,
-                replace(workload, cot_max_tokens=workload.cot_max_tokens // 2),
+                workload.model_copy(
+                    update={
+                        "cot_tokens": workload.cot_tokens // 2,
+                        "large_cot_tokens": workload.cot_tokens // 2,
+                    }
+                ),
             )
         )
     tried.append(
@@ -943,7 +895,7 @@ def _fixes(
             tried.append((
                 f"all three: fp8 weights for the {big_label} model (quantization={fp8_weights}), "
                 f"an fp8 KV cache (kv_cache_dtype=fp8), images capped at {1024 * unit:,} pixels",
-                combo, replace(workload, max_pixels=1024 * unit),
+                combo, workload.model_copy(update={"max_pixels": 1024 * unit}),
             ))  # fmt: skip
     tried.append(
         (

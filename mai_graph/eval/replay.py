@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mai_graph import flow
 from mai_graph.context import MAIContext
 from mai_graph.errors import ConfigError
 from mai_graph.eval.records import CallRecord, SampleRun
@@ -151,6 +152,17 @@ class Branches:
                 parameter="records",
                 fix="evaluate with --branches (gate never, no S2 exit) to replay other settings",
             )
+        beyond = sorted(
+            {f"drafter {c.drafter}" for c in run.calls if c.drafter is not None}
+            | {f"stage {c.stage}" for c in run.calls if c.stage not in (None, 1)}
+        )
+        if beyond:
+            raise ConfigError(
+                f"run {run.record.policy}/{run.record.sample} has calls of {', '.join(beyond)}; "
+                "replay mirrors the two-model graph with one draft",
+                parameter="records",
+                fix="measure drafters and chains live (without --branches)",
+            )
         by_node: dict[tuple[str, str], CallRecord] = {}
         answers: dict[float | None, CallRecord] = {}
         masked: dict[float | None, CallRecord] = {}
@@ -184,17 +196,26 @@ class Branches:
         :func:`~mai_graph.gate.after_disagreement`); ``exits`` may be a memoized
         ``agreement_exits``.
         """
-        vs, vl = self.small, self.large
+        vs, vl, ex = self.small, self.large, self.extract
         cl = vl.canonical or ""
-        if exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx):
-            return "agree", [vs, vl], vl
         pooled = pooled_probability(vs.distribution, vl.distribution, cl)
-        if after_disagreement(vl.answer_prob, ctx, pooled) == "large":
-            return "large_confident", [vs, vl], vl
-        path = [vs, vl, self.reason, self.extract]
-        ex = self.extract
-        if ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx):
-            return "extract_agree", path, ex
+        route = flow.after_verify(
+            exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx),
+            after_disagreement(vl.answer_prob, ctx, pooled) == "large",
+        ) or flow.after_extract(
+            "mai",
+            ctx.s2_exit,
+            ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx),
+        )
+        recorded = {
+            ("verify", "small"): vs,
+            ("verify", "large"): vl,
+            ("reason", "small"): self.reason,
+            ("extract", "small"): ex,
+        }
+        if route is not None:
+            path = [recorded[c] for c in flow.calls(route)]
+            return route, path, vl if route in ("agree", "large_confident") else ex
         table = self.masked if ctx.transfer_mask_answer else self.answers
         final = table.get(ratio_key(ctx.keep_ratio))
         if final is None:
@@ -208,7 +229,8 @@ class Branches:
                 if ctx.transfer_mask_answer
                 else "replay a recorded keep ratio, or evaluate with --keep-ratios",
             )
-        return "transfer", [*path, final], final
+        recorded["answer", "large"] = final
+        return "transfer", [recorded[c] for c in flow.calls("transfer")], final
 
 
 def replay(run: SampleRun, ctx: MAIContext) -> Outcome:

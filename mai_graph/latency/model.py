@@ -38,7 +38,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mai_graph import flow
 from mai_graph.errors import ConfigError
+from mai_graph.workload import CallShape, Workload
 
 __all__ = [
     "CallSample",
@@ -53,68 +55,11 @@ __all__ = [
     "parse_what_if",
 ]
 
-Role = Literal["small", "large"]
+Role = flow.Role
 
-MODEL_ROUTES = (
-    "agree",
-    "large_confident",
-    "extract_agree",
-    "transfer",
-    "small",
-    "large",
-    "small_cot",
-    "large_cot",
-)
-"""Routes the model predicts (``human`` waits for a person and is not modelled)."""
-
-_NODES = {
-    "agree": 1,
-    "large_confident": 1,
-    "extract_agree": 3,
-    "transfer": 5,
-    "small": 1,
-    "large": 1,
-    "small_cot": 3,
-    "large_cot": 3,
-}
-"""Graph nodes each route runs (orchestration overhead is per node)."""
-
-
-@dataclass(frozen=True)
-class CallShape:
-    """One model call as the latency model sees it: who, and how many tokens of what kind."""
-
-    role: Role
-    node: str
-    """``verify``, ``reason``, ``extract``, ``answer`` (or anything for profiling calls)."""
-    uncached: int
-    """Prompt tokens the engine had to prefill (prompt tokens minus prefix-cache hits)."""
-    cached: int = 0
-    """Prompt tokens served from the prefix cache."""
-    generated: int = 1
-    image: bool = False
-    """The call carries an image the engine has not seen yet (processor and encoder run)."""
-    constrained: bool = False
-    """The output is constrained to a set of choices (structured output set-up)."""
-
-    @property
-    def context(self) -> int:
-        """Prompt tokens in all."""
-        return self.uncached + self.cached
-
-    def features(self) -> tuple[float, ...]:
-        """The regressors of :data:`FEATURES` for this call (seconds = coefficients · these)."""
-        u, c, n = self.uncached, self.cached, max(self.generated, 1)
-        steps = n - 1  # the first token comes out of the prefill step
-        return (
-            1.0,
-            float(u),
-            u * (c + u / 2) / 1000.0,
-            float(self.image),
-            float(self.constrained),
-            float(steps),
-            steps * (self.context + n / 2) / 1000.0,
-        )
+MODEL_ROUTES = tuple(flow.ENDINGS)
+"""Routes the model predicts: every route that ends on model calls (:data:`mai_graph.flow.
+ENDINGS`; ``human`` waits for a person and is not modelled)."""
 
 
 FEATURES = (
@@ -126,7 +71,7 @@ FEATURES = (
     "decode_token_s",
     "decode_ktoken2_s",
 )
-"""The fitted coefficients, in the order of :meth:`CallShape.features`."""
+"""The fitted coefficients, in the order of :meth:`~mai_graph.workload.CallShape.features`."""
 
 
 @dataclass(frozen=True)
@@ -193,77 +138,6 @@ class EngineProfile(_Model):
     def ttft(self, prompt_tokens: int, *, image: bool = True) -> float:
         """Modelled time to the first token of a fresh prompt (engine time)."""
         return self.engine_time(CallShape("small", "ttft", prompt_tokens, image=image))
-
-
-class Workload(_Model):
-    """Token counts of one MAI question: what the routes are predicted for.
-
-    ``mai-graph profile`` measures the prompt sizes on the profiled pair (one real run); the
-    defaults are a typical short multiple-choice question with one image.
-    """
-
-    prompt_tokens: Annotated[int, Field(ge=1)] = 256
-    """The short-answer prompt: system, image tokens, question, instruction."""
-    cot_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
-    """The reasoning prompt (default: ``prompt_tokens``)."""
-    prompt_cached: Annotated[int, Field(ge=0)] = 0
-    """Tokens of a new question's first prompt already cached (the shared system prompt)."""
-    reason_uncached: Annotated[int, Field(ge=0)] = 32
-    """Uncached prompt tokens of the small model's reasoning call after its short answer."""
-    s2_uncached: Annotated[int, Field(ge=0)] = 32
-    """Uncached prompt tokens of the S2 turn (the reasoning itself is cached)."""
-    answer_uncached: Annotated[int, Field(ge=0)] = 48
-    """Uncached prompt tokens of the transfer call besides the transferred tokens."""
-    short_tokens: Annotated[int, Field(ge=1)] = 2
-    """Tokens a short answer generates (an option letter and the end of turn)."""
-    cot_tokens: Annotated[int, Field(ge=1)] = 300
-    """N_S: the small model's reasoning length."""
-    large_cot_tokens: Annotated[int | None, Field(ge=1)] = None
-    """N_L: the large model's reasoning length in ``large_cot`` (default: ``cot_tokens``)."""
-    keep_ratio: Annotated[float, Field(gt=0, le=1)] = 0.2
-    """Share of the reasoning transferred to the large model."""
-    image: bool = True
-    """Questions carry an image."""
-    constrained: bool = True
-    """Short answers are constrained to the options (multiple choice)."""
-
-    @property
-    def transfer_tokens(self) -> int:
-        """Reasoning tokens the large model reads."""
-        return max(1, round(self.keep_ratio * self.cot_tokens))
-
-    def calls(self, route: str) -> list[CallShape]:
-        """The calls of a route, in order (the first two of a MAI route run concurrently)."""
-        _check_route(route)
-        p = self.prompt_tokens
-        pc = self.cot_prompt_tokens or p
-        n, short, img, con = self.short_tokens, self.cot_tokens, self.image, self.constrained
-
-        def fresh(role: Role, node: str, prompt: int, generated: int, con: bool) -> CallShape:
-            cached = min(self.prompt_cached, prompt - 1)
-            return CallShape(role, node, prompt - cached, cached, generated, img, con)
-
-        def s2(role: Role, reasoned: int) -> CallShape:
-            return CallShape(role, "extract", self.s2_uncached, pc + reasoned, n, False, con)
-
-        if route in ("small", "large"):
-            return [fresh(route, "verify", p, n, con)]  # type: ignore[arg-type]
-        if route in ("small_cot", "large_cot"):
-            role: Role = "small" if route == "small_cot" else "large"
-            tokens = short if role == "small" else (self.large_cot_tokens or short)
-            return [fresh(role, "reason", pc, tokens, False), s2(role, tokens)]
-        mv = [fresh("small", "verify", p, n, con), fresh("large", "verify", p, n, con)]
-        if route in ("agree", "large_confident"):
-            return mv
-        reason = CallShape(
-            "small", "reason", self.reason_uncached, max(pc - self.reason_uncached, 0), short
-        )
-        path = [*mv, reason, s2("small", short)]
-        if route == "extract_agree":
-            return path
-        uncached = self.answer_uncached + self.transfer_tokens
-        cached = max(p - self.answer_uncached, 0)
-        return [*path, CallShape("large", "answer", uncached, cached, n, False, con)]
 
 
 def _check_route(route: str) -> None:
@@ -460,7 +334,7 @@ class LatencyModel(_Model):
         calls = (workload or self.workload).calls(route)
         seconds = self.path_time(calls, wall=wall)
         if wall:
-            seconds += self.run_s + self.node_s * (_NODES[route] - 1)
+            seconds += self.run_s + self.node_s * (len(flow.nodes(route)) - 1)
         return seconds
 
     def predict_routes(

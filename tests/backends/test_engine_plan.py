@@ -185,7 +185,7 @@ def test_every_listed_fix_makes_the_plan_fit(size):
     plan = plan_memory(lineup, card(size))
     assert not plan.fits
     shapes = {s.model: read_shape(s.model) for _, _, s in lineup.members()}
-    seen = planning._fixes(lineup, card(size), Workload(), shapes, plan)
+    seen = planning._fixes(lineup, card(size), Workload.from_context(), shapes, plan)
     assert seen == plan.fixes
 
 
@@ -243,7 +243,10 @@ def test_a_chain_and_drafters_plan_every_engine():
     assert plan.fits, plan.problems
     check_invariants(plan, card("141GB"))
     # The large model also reasons (it is the next stage's small model): it holds a CoT.
-    assert plan.engines[2].run_tokens >= Workload().reasoner_tokens(plan.engines[2].image_tokens)
+    reasoner = (
+        Workload.from_context().for_model(plan.engines[2].image_tokens).context_tokens("small")
+    )
+    assert plan.engines[2].run_tokens >= reasoner
 
 
 def test_remote_and_transformers_models_need_no_plan():
@@ -257,7 +260,7 @@ def test_a_workload_from_the_run_settings():
     from mai_graph import MAIContext
 
     w = Workload.from_context(MAIContext(cot_max_tokens=2000, keep_ratio=0.5))
-    assert (w.cot_max_tokens, w.transfer_tokens) == (2000, 1000)
+    assert (w.cot_tokens, w.transfer_tokens) == (2000, 1000)
     w = Workload.from_context(MAIContext(sparsify="none", cot_max_tokens=4000))
     assert w.transfer_tokens == 2048  # max_transfer_tokens
 
@@ -393,7 +396,7 @@ def test_nonsense_engine_options_are_refused_not_planned_as_fitting(options, par
         plan_memory(pair("2B", "8B", options), card("80GB"))
     assert err.value.parameter == parameter and err.value.fix
     with pytest.raises(ConfigError, match="--max-pixels") as err:
-        plan_memory(pair("2B", "8B"), card("80GB"), Workload(max_pixels=1))
+        plan_memory(pair("2B", "8B"), card("80GB"), Workload.from_context(max_pixels=1))
 
 
 def test_the_plan_command_refuses_nonsense_and_flags_it_would_ignore(capsys):

@@ -357,7 +357,7 @@ def test_engine_options_out_of_range_through_the_python_api(monkeypatch):
     small = ModelSpec(model="Qwen/Qwen3-VL-2B-Instruct")
     lineup = LineupSpec(backend="vllm", small=small, large=small)
     with pytest.raises(ConfigError, match="VLLM_CPU_KVCACHE_SPACE must be a number"):
-        plan_memory(lineup, [host_device()], Workload())
+        plan_memory(lineup, [host_device()], Workload.from_context())
 
 
 @pytest.mark.parametrize("spec", ["small=1e-320,large=3", "small=60,large=45,small_prefill=1e-320"])
