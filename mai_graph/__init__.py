@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from mai_graph.adapters.decisions import MAIDecisionModel
     from mai_graph.adapters.langchain import MAIChatModel, create_mai_chat_graph
     from mai_graph.answers import UNKNOWN, AnswerKind, answers_match, extract_answer
-    from mai_graph.api import MAIResult, arun, run
+    from mai_graph.api import MAI, MAIResult, arun, run
     from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
     from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
     from mai_graph.context import MAIContext, Policy, SparsifyStrategy
@@ -56,6 +56,7 @@ _WHERE = {
     "InputState": "mai_graph.state",
     "LineupSpec": "mai_graph.engines",
     "load_lineup": "mai_graph.engines",
+    "MAI": "mai_graph.api",
     "MAIChatModel": "mai_graph.adapters.langchain",
     "MAIContext": "mai_graph.context",
     "MAIDecisionModel": "mai_graph.adapters.decisions",
@@ -91,6 +92,7 @@ __all__ = [
     "ImageRef",
     "InputState",
     "LineupSpec",
+    "MAI",
     "MAIChatModel",
     "MAIDecisionModel",
     "MAIContext",

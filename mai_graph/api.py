@@ -1,9 +1,12 @@
-"""Python entry points: ``run`` / ``arun`` -> :class:`MAIResult`."""
+"""Python entry points, each returning a :class:`MAIResult`.
+
+:class:`MAI` owns a lineup's compiled graph and answers many questions with it; ``run`` /
+``arun`` answer one and keep nothing.
+"""
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -11,55 +14,16 @@ from mai_graph import tracing
 from mai_graph.answers import Options, normalize_options
 from mai_graph.backends.base import VLMBackend, check_backend
 from mai_graph.context import MAIContext
+from mai_graph.errors import ConfigError
 from mai_graph.graph import create_mai_graph
 from mai_graph.loop import run_sync
 from mai_graph.result import MAIResult
 from mai_graph.state import InputState
 
-__all__ = ["MAIResult", "arun", "run"]
+__all__ = ["MAI", "MAIResult", "arun", "run"]
 
 Models = VLMBackend | Sequence[VLMBackend]
 """One backend, or several (drafters for ``small``, a chain for ``large``)."""
-
-
-_CACHE_ATTR = "_mai_compiled_graph"
-"""Where a lineup's compiled graph is kept: on its first small backend, so that the graph, which
-holds its backends, lives exactly as long as they do (a module-level map would keep every
-lineup ever run alive: its values would hold its keys)."""
-_KEPT_PER_BACKEND = 8
-"""Lineups a backend keeps graphs for (it may open several: one small model, many large)."""
-
-
-def _compiled(small: Models, large: Models) -> Any:
-    """The compiled graph of a lineup (a pair, drafters, a chain), built once while it lives.
-
-    The graph is kept on the first small backend with weak references to the others: when the
-    caller drops the backends, backend and graph are one unreachable cycle and Python's
-    collector frees them. A backend without an instance dict (``__slots__``) or weak
-    references compiles each time.
-    """
-    drafters, chain = _as_list(small), _as_list(large)
-    owner, lineup = drafters[0], [*drafters, None, *chain]  # None: where the drafters end
-    key = tuple(id(b) for b in lineup)  # the owner's too: a copy of it shares its dict
-    state = getattr(owner, "__dict__", None)
-    kept = state.setdefault(_CACHE_ATTR, {}) if isinstance(state, dict) else {}
-    found = kept.get(key)  # from the instance's own dict: never a wrapped backend's
-    if found is not None and all(r() is not None for r in found[0]):
-        return found[1]
-    graph = (
-        create_mai_graph(drafters, *chain) if _many(small) or _many(large)
-        else create_mai_graph(drafters[0], chain[0])
-    ).compile(name="mai")  # fmt: skip
-    try:
-        refs = [weakref.ref(b) for b in lineup if b is not None]
-    except TypeError:
-        return graph
-    for stale in [k for k, (rs, _) in kept.items() if any(r() is None for r in rs)]:
-        del kept[stale]
-    while len(kept) >= _KEPT_PER_BACKEND:
-        del kept[next(iter(kept))]  # the oldest
-    kept[key] = (refs, graph)
-    return graph
 
 
 def _inputs(
@@ -82,13 +46,136 @@ def _as_list(models: Models) -> list[VLMBackend]:
     return list(cast(Sequence[VLMBackend], models)) if _many(models) else [cast(VLMBackend, models)]
 
 
-def _check(small: Models, large: Models) -> None:
+class MAI:
+    """A lineup and its compiled graph: built once, it answers any number of questions.
+
+    ``MAI(small, large)`` (or drafters and a chain: ``MAI([d1, d2], [m1, m2])``,
+    ``MAI(small, large, larger)``) compiles the graph of :func:`~mai_graph.graph.create_mai_graph`
+    once; :meth:`run` and :meth:`arun` answer questions with it; :meth:`close` shuts the
+    backends' engines down and lets the graph go (also on leaving a ``with`` block). Nothing is
+    kept anywhere else: dropping the object (after closing it) frees its graph and backends.
+    ``graph`` is the compiled LangGraph graph, to compose into your own.
+
+    Args:
+        small: The small model's backend, or several drafter backends.
+        large: The large model's backend, or a chain of larger backends, smallest first.
+        *larger: Further models of a chain, in increasing size.
+        checkpointer: A LangGraph checkpointer to compile with (needed for ``review``).
+        **graph_options: Further arguments of :func:`~mai_graph.graph.create_mai_graph`
+            (``retry_policy``, ``timeouts``, ``scorers``, ``review``, ``image_policy``).
+
+    Example:
+        >>> from mai_graph import MAI, ScriptedBackend
+        >>> with MAI(ScriptedBackend({"short": "A"}), ScriptedBackend({"short": "A"})) as mai:
+        ...     [mai.run("Which?", options=["x", "y"]).route for _ in range(2)]
+        ['agree', 'agree']
+    """
+
+    def __init__(
+        self,
+        small: Models,
+        large: Models,
+        *larger: VLMBackend,
+        checkpointer: Any = None,
+        **graph_options: Any,
+    ) -> None:
+        _check(small, large, larger)
+        self.backends: tuple[VLMBackend, ...] = (*_as_list(small), *_as_list(large), *larger)
+        """Every backend of the lineup, drafters first (what :meth:`close` shuts down)."""
+        self.graph: Any = create_mai_graph(small, large, *larger, **graph_options).compile(
+            name="mai", checkpointer=checkpointer
+        )
+        """The compiled graph (``None`` once closed)."""
+
+    async def arun(
+        self,
+        question: str,
+        image: Any = None,
+        *,
+        images: Sequence[Any] | None = None,
+        video: Any = None,
+        options: Options | None = None,
+        context: MAIContext | dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> MAIResult:
+        """Answer one question; the arguments are :func:`arun`'s.
+
+        ``config`` is LangGraph's run config, e.g. ``{"configurable": {"thread_id": ...}}``
+        with a checkpointer.
+
+        Raises:
+            ConfigError: This MAI was closed.
+        """
+        graph = self._open()
+        ctx = MAIContext.coerce(context)
+        if settings:
+            ctx = ctx.replace(**settings)
+        start = time.perf_counter()
+        inputs = _inputs(question, image, options, images, video)
+        with tracing.run_span("python", ctx) as span:
+            out = await graph.ainvoke(inputs, config=config, context=ctx)
+            tracing.finish_run(span, out)
+        return MAIResult.from_output(out, time.perf_counter() - start)
+
+    def run(
+        self,
+        question: str,
+        image: Any = None,
+        *,
+        images: Sequence[Any] | None = None,
+        video: Any = None,
+        options: Options | None = None,
+        context: MAIContext | dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> MAIResult:
+        """Sync :meth:`arun`, on mai-graph's background loop (engines stay on one loop)."""
+        return run_sync(
+            self.arun(
+                question, image, images=images, video=video, options=options, context=context,
+                config=config, **settings,
+            )
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Shut the backends' engines down and let the graph go; idempotent."""
+        from mai_graph.backends.lifecycle import shutdown_backends
+
+        self.graph = None
+        shutdown_backends(*self.backends)
+
+    def __enter__(self) -> MAI:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MAI:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> Any:
+        if self.graph is None:
+            raise ConfigError(
+                "this MAI was closed: its engines are shut down",
+                parameter="MAI",
+                fix="build a new MAI(small, large) with started backends",
+            )
+        return self.graph
+
+
+def _check(small: Models, large: Models, larger: Sequence[Any] = ()) -> None:
     for name, models in (("small", small), ("large", large)):
         if _many(models):
             for i, b in enumerate(_as_list(models)):
                 check_backend(b, f"{name}[{i}]")
         else:
             check_backend(models, name)
+    for i, b in enumerate(larger):
+        check_backend(b, f"larger[{i}]")
 
 
 async def arun(
@@ -104,6 +191,9 @@ async def arun(
     **settings: Any,
 ) -> MAIResult:
     """Answer one question with MAI.
+
+    One-shot: the graph is built for this question and nothing is kept; to answer many,
+    build a :class:`MAI` once.
 
     Args:
         question: The question text.
@@ -122,16 +212,10 @@ async def arun(
     Returns:
         The :class:`MAIResult`.
     """
-    _check(small, large)
-    ctx = MAIContext.coerce(context)
-    if settings:
-        ctx = ctx.replace(**settings)
-    start = time.perf_counter()
-    inputs = _inputs(question, image, options, images, video)
-    with tracing.run_span("python", ctx) as span:
-        out = await _compiled(small, large).ainvoke(inputs, context=ctx)
-        tracing.finish_run(span, out)
-    return MAIResult.from_output(out, time.perf_counter() - start)
+    return await MAI(small, large).arun(
+        question, image, images=images, video=video, options=options, context=context,
+        **settings,
+    )  # fmt: skip
 
 
 def run(
@@ -147,6 +231,8 @@ def run(
     **settings: Any,
 ) -> MAIResult:
     """Sync :func:`arun` (runs on mai-graph's background loop, so engines stay on one loop).
+
+    One-shot, like :func:`arun`: to answer many questions, build a :class:`MAI` once.
 
     Example:
         >>> from mai_graph import ScriptedBackend, run

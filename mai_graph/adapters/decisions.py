@@ -34,11 +34,11 @@ from langchain_core.decisions import (
     NoulAnswer,
 )
 from langchain_core.messages import BaseMessage, UsageMetadata
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from mai_graph.adapters.langchain import image_source, lineup_names
 from mai_graph.answers.distribution import around
-from mai_graph.api import arun
+from mai_graph.api import MAI
 from mai_graph.errors import ConfigError
 from mai_graph.inputs.sources import ImagePolicy, resolve_images
 from mai_graph.lineup import Lineup
@@ -253,6 +253,7 @@ class MAIDecisionModel(BaseDecisionModel):
     ``MAI_GRAPH_IMAGE_URLS=1``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    _mai: MAI | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         """Check the backends first (pydantic would wrap the error in its own).
@@ -273,6 +274,12 @@ class MAIDecisionModel(BaseDecisionModel):
     @property
     def _provider(self) -> str:
         return "mai-graph"
+
+    def _owner(self) -> MAI:
+        """The lineup's compiled graph, built on the first question and kept with this model."""
+        if self._mai is None:
+            self._mai = MAI(self.small, self.large)
+        return self._mai
 
     def _classify(self, state: Any, questions: dict[str, Any]) -> ClassifierResponse:
         return shared_loop().run(self._aclassify(state, questions))
@@ -338,9 +345,9 @@ class MAIDecisionModel(BaseDecisionModel):
                 for i, (label, desc) in enumerate(question.criteria.items())
             }
             ask = "\n\n".join(p for p in (text, instructions) if p)
-            result = await arun(
-                ask, images=images or None, options=options, small=self.small,
-                large=self.large, context={**ctx, "answer_kind": "choice"},
+            result = await self._owner().arun(
+                ask, images=images or None, options=options,
+                context={**ctx, "answer_kind": "choice"},
             )  # fmt: skip
             record = _answering_record(result)
             letters = list(options)
@@ -364,10 +371,9 @@ class MAIDecisionModel(BaseDecisionModel):
             if criteria is not None and criteria.false is not None:
                 meaning.append(f"No means: {_describe(criteria.false)}")
             ask = "\n\n".join(p for p in (text, instructions, "\n".join(meaning)) if p)
-            result = await arun(
-                ask, images=images or None, small=self.small, large=self.large,
-                context={**ctx, "answer_kind": "yes_no"},
-            )  # fmt: skip
+            result = await self._owner().arun(
+                ask, images=images or None, context={**ctx, "answer_kind": "yes_no"}
+            )
             record = _answering_record(result)
             readable = result.canonical in ("yes", "no")
             probs, source = _probabilities(record, ["yes", "no"], result.canonical)

@@ -71,11 +71,11 @@ def test_public_door_lists_everything_and_imports_no_engine():
 
 
 def test_backends_dropped_after_a_run_are_freed_with_their_graph():
-    """run() keeps a lineup's compiled graph only while its backends live (no leak)."""
+    """run() is one-shot: a run keeps nothing alive once the caller drops its backends."""
     import gc
     import weakref
 
-    from mai_graph import ScriptedBackend, run
+    from mai_graph import MAI, ScriptedBackend, run
 
     alive = []
     for i in range(20):
@@ -84,18 +84,45 @@ def test_backends_dropped_after_a_run_are_freed_with_their_graph():
         drafters = [ScriptedBackend({"short": "A"}, name=f"d{i}-{j}") for j in range(2)]
         run("Which?", small=small, large=large, options=["a", "b"])
         run("Which?", small=drafters, large=large, options=["a", "b"])
+        with MAI(small, large) as mai:
+            mai.run("Which?", options=["a", "b"])
         alive += [weakref.ref(b) for b in (small, large, *drafters)]
-        del small, large, drafters
+        alive.append(weakref.ref(mai))
+        del small, large, drafters, mai
     gc.collect()
     assert [r() for r in alive if r() is not None] == []
 
 
-def test_a_lineup_compiles_once_while_it_lives():
-    from mai_graph import ScriptedBackend, api, run
+def test_an_owner_compiles_once_answers_many_and_refuses_after_close():
+    import asyncio
 
-    small, large, other = (ScriptedBackend({"short": "A"}, name=n) for n in ("s", "l", "o"))
-    first = api._compiled(small, large)
-    assert api._compiled(small, large) is first
-    assert api._compiled(small, other) is not first
-    assert api._compiled(small, large) is first  # one small model, several large ones
-    assert run("Which?", small=small, large=large, options=["a", "b"]).answer == "A"
+    from mai_graph import MAI, ConfigError, ScriptedBackend
+
+    small = ScriptedBackend({"short": "A"}, name="s")
+    large = ScriptedBackend({"short": ["A", "B"]}, name="l")
+    mai = MAI(small, large)
+    graph = mai.graph
+    assert mai.run("Which?", options=["a", "b"]).route == "agree"
+    assert asyncio.run(mai.arun("Which?", options=["a", "b"], policy="large")).answer == "B"
+    assert mai.graph is graph and mai.backends == (small, large)
+    mai.close()
+    mai.close()  # idempotent
+    with pytest.raises(ConfigError, match="closed.*build a new MAI"):
+        mai.run("Which?", options=["a", "b"])
+
+
+def test_an_owner_takes_drafters_a_chain_and_graph_options():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from mai_graph import MAI, ConfigError, ScriptedBackend
+
+    d1, d2, m1, m2 = (ScriptedBackend({"short": "A"}, name=n) for n in ("d1", "d2", "m1", "m2"))
+    saver = InMemorySaver()
+    with MAI([d1, d2], m1, m2, checkpointer=saver, timeouts=30.0) as mai:
+        assert "escalate_2" in mai.graph.get_graph().nodes
+        thread = {"configurable": {"thread_id": "t"}}
+        out = mai.run("Which?", options=["a", "b"], config=thread)
+        assert (out.route, out.answer) == ("agree", "A")
+        assert mai.graph.get_state(thread).values["route"] == "agree"  # kept by the saver
+    with pytest.raises(ConfigError, match="larger\\[0\\]"):
+        MAI(d1, m1, "not a backend")  # type: ignore[arg-type]
