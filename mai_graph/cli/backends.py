@@ -13,7 +13,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from mai_graph.backends.base import Side
 from mai_graph.engines.select import BACKENDS, api_keys_from_env, build_lineup, lineup_spec
+from mai_graph.engines.spec import LineupSpec
 
 __all__ = ["add_backend_flags", "backends_from_args", "lineup_from_args"]
 
@@ -132,7 +134,7 @@ def add_backend_flags(
     )
 
 
-def lineup_from_args(args: argparse.Namespace) -> Any:
+def lineup_from_args(args: argparse.Namespace) -> LineupSpec:
     """The :class:`~mai_graph.engines.spec.LineupSpec` the flags declare.
 
     ``--lineup FILE`` first (else the file ``$MAI_GRAPH_LINEUP`` names, as Studio reads it),
@@ -171,7 +173,7 @@ def lineup_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def backends_from_args(args: argparse.Namespace, *, context: Any = None) -> tuple[Any, Any]:
+def backends_from_args(args: argparse.Namespace, *, context: Any = None) -> tuple[Side, Side]:
     """The (small, large) backends the flags of :func:`add_backend_flags` name.
 
     With ``--drafter`` the small side is a list of drafters (``--small`` first); with

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mai_graph.backends.base import Side
 from mai_graph.engines.plan import plan_for_start
 from mai_graph.engines.spec import LineupSpec
 
@@ -18,7 +19,7 @@ def build_lineup(
     plan: bool = True,
     context: Any = None,
     gpu_memory: str | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[Side, Side]:
     """The backends of ``lineup`` (nothing starts), planned first.
 
     With ``plan`` (the default) and in-process vLLM models, the memory plan runs first

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from mai_graph.backends.base import Side, VLMBackend
 from mai_graph.engines.build import build_lineup as build_lineup  # the one way to build
 from mai_graph.engines.spec import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 from mai_graph.engines.spec import DEFAULT_URLS as SPEC_URLS
+from mai_graph.engines.spec import LineupSpec
 from mai_graph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mai_graph.backends.vllm import VLLMBackend
 
 __all__ = [
     "BACKENDS",
@@ -66,7 +71,7 @@ def backend_for(
     retries: int | None = None,
     engine: Mapping[str, Any] | None = None,
     plan: bool = True,
-) -> Any:
+) -> VLMBackend:
     """One model's backend (a one-line :class:`~mai_graph.engines.spec.ModelSpec`).
 
     An in-process vLLM model is planned as the only engine of its card (on a GPU: its share
@@ -114,7 +119,7 @@ def backend_for(
         alone = not given and "gpu_memory_utilization" in spec.engine
     backend = spec.build(role=role, api_key=api_key, timeout_s=timeout_s, retries=retries)
     if alone:  # planned for the whole card: no second engine may start beside it on a GPU
-        backend.handle._unplanned_share = True
+        cast("VLLMBackend", backend).handle._unplanned_share = True
     return backend
 
 
@@ -135,7 +140,7 @@ def lineup_spec(
     base: Any = None,
     names: tuple[str, str] = ("--drafter", "--larger"),
     where: str = "--small/--large",
-) -> Any:
+) -> LineupSpec:
     """The :class:`~mai_graph.engines.spec.LineupSpec` that flags or variables declare.
 
     ``base`` (a lineup file's spec) is the starting point, and every argument given here
@@ -219,7 +224,7 @@ def backends_for(
     retries: int | None = None,
     engines: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
     plan: bool = True,
-) -> tuple[Any, Any]:
+) -> tuple[VLMBackend, VLMBackend]:
     """The (small, large) backends; ``where`` names the model settings in error messages.
 
     In-process vLLM engines are planned together (:func:`build_lineup`): on a GPU each gets
@@ -248,10 +253,18 @@ def backends_for(
         >>> type(small).__name__, type(large).__name__
         ('VLLMBackend', 'OpenAIBackend')
     """
-    return lineup_for(
+    pair = lineup_for(
         kind, small, large, where=where, urls=urls, kinds=kinds, api_keys=api_keys,
         timeout_s=timeout_s, retries=retries, engines=engines, plan=plan,
     )  # fmt: skip
+    return _single(pair[0]), _single(pair[1])
+
+
+def _single(side: Side) -> VLMBackend:
+    """A side built without drafters or a chain: one backend."""
+    if isinstance(side, list):  # lineup_for makes a list only of added models
+        raise AssertionError("a two-model lineup built a list")
+    return side
 
 
 def api_keys_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
@@ -283,7 +296,7 @@ def _env_engine(env: Mapping[str, str], name: str) -> dict[str, Any]:
     return engine_options_from_json(env.get(name), name)
 
 
-def lineup_from_env(env: Mapping[str, str] | None = None) -> Any:
+def lineup_from_env(env: Mapping[str, str] | None = None) -> LineupSpec:
     """The :class:`~mai_graph.engines.spec.LineupSpec` the environment declares.
 
     See :func:`backends_from_env` for the variables.
@@ -332,7 +345,7 @@ def lineup_from_env(env: Mapping[str, str] | None = None) -> Any:
 
 def backends_from_env(
     env: Mapping[str, str] | None = None, *, context: Any = None
-) -> tuple[Any, Any]:
+) -> tuple[Side, Side]:
     """Backends named by environment variables (Studio, ``langgraph dev``, examples).
 
     - ``MAI_GRAPH_LINEUP``: a lineup file (TOML or JSON, see :mod:`mai_graph.engines.spec`);
@@ -400,7 +413,7 @@ def lineup_for(
     plan: bool = True,
     context: Any = None,
     **settings: Any,
-) -> tuple[Any, Any]:
+) -> tuple[Side, Side]:
     """:func:`backends_for`, plus more drafters beside ``small`` and a chain after ``large``.
 
     Each added model has the kind, server, key and request settings of the model it joins.

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mai_graph.backends.base import Side, VLMBackend
 from mai_graph.errors import ConfigError, check_int, check_number
 from mai_graph.files import read_text
 from mai_graph.jsonin import MAX_BYTES, check_limits, json_or_text, parse_json
@@ -343,7 +344,7 @@ class ModelSpec(BaseModel):
         retries: int | None = None,
         where: str | None = None,
         checked: bool = False,
-    ) -> Any:
+    ) -> VLMBackend:
         """The backend this spec declares (nothing starts: engines start on first use).
 
         Args:
@@ -483,7 +484,7 @@ class LineupSpec(BaseModel):
         where: str = "--small/--large",
         api_keys: tuple[str | None, str | None] = (None, None),
         checked: bool = False,
-    ) -> tuple[Any, Any]:
+    ) -> tuple[Side, Side]:
         """The backends exactly as declared (nothing starts; no memory plan).
 
         :func:`~mai_graph.engines.build.build_lineup` plans the card first; the doors use it.
@@ -498,7 +499,7 @@ class LineupSpec(BaseModel):
         """
         lineup = self if checked else self.checked(where)
         fakes: Any = None
-        sides: dict[str, list[Any]] = {"small": [], "large": []}
+        sides: dict[str, list[VLMBackend]] = {"small": [], "large": []}
         group: Any = None  # the in-process engines start together, in order, on a GPU
         for role, spec in (("small", lineup.small), ("large", lineup.large)):
             if spec is None:  # a fake side (checked above)

@@ -924,6 +924,7 @@ def measure_speed(
     from PIL import Image
 
     from mai_graph.backends.base import GenerationRequest
+    from mai_graph.backends.lifecycle import shutdown_backends
     from mai_graph.calls import Question, cot_request
     from mai_graph.engines.select import backends_for
     from mai_graph.inputs.sources import image_ref
@@ -951,7 +952,7 @@ def measure_speed(
         try:
             out[role] = asyncio.run(one(backend))
         finally:
-            backend.shutdown()
+            shutdown_backends(backend)
     out["ratio"] = round(out["large"]["per_token_ms"] / out["small"]["per_token_ms"], 3)
     return out
 
