@@ -270,6 +270,7 @@ class _Scorer:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int], float] = {}
         self._exits: dict[tuple[Any, ...], bool] = {}
+        self._outcomes: dict[tuple[int, str, int], tuple[float, bool, float]] = {}
 
     def exits(
         self, a: str, b: str, prob_a: float | None, prob_b: float | None, ctx: MAIContext
@@ -278,6 +279,22 @@ class _Scorer:
         hit = self._exits.get(key)
         if hit is None:
             hit = self._exits[key] = agreement_exits(a, b, prob_a, prob_b, ctx)
+        return hit
+
+    def outcome(
+        self, branches: Branches, route: str, path: Sequence[CallRecord], final: CallRecord
+    ) -> tuple[float, bool, float]:
+        """A replayed run's credit, large-model use beyond the short answer, and seconds.
+
+        One per run, route and final call, whatever the setting (the seconds are the
+        critical path's).
+        """
+        key = (id(branches), route, id(final))
+        hit = self._outcomes.get(key)
+        if hit is None:
+            beyond = any(c.role == "large" and c.node != "verify" for c in path)
+            hit = (self.credit(branches.run, final), beyond, path_latency(path))
+            self._outcomes[key] = hit
         return hit
 
     def credit(self, run: SampleRun, final: CallRecord) -> float:
@@ -312,10 +329,11 @@ def score_setting(
     for b in branches:
         route, path, final = b.decide(ctx, scorer.exits)
         routes[route] = routes.get(route, 0) + 1
-        right += scorer.credit(b.run, final)
+        credit, beyond, seconds = scorer.outcome(b, route, path, final)
+        right += credit
         transfers += route == "transfer"
-        large += any(c.role == "large" and c.node != "verify" for c in path)
-        latency += path_latency(path)
+        large += beyond
+        latency += seconds
     n = len(branches)
     accuracy = right / n if n else 0.0
     gap = None

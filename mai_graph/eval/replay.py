@@ -9,6 +9,7 @@ those a live run with the same settings would have had.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,24 +199,16 @@ class Branches:
         """
         vs, vl, ex = self.small, self.large, self.extract
         cl = vl.canonical or ""
-        pooled = pooled_probability(vs.distribution, vl.distribution, cl)
         route = flow.after_verify(
             exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx),
-            after_disagreement(vl.answer_prob, ctx, pooled) == "large",
+            after_disagreement(vl.answer_prob, ctx, self._pooled) == "large",
         ) or flow.after_extract(
             "mai",
             ctx.s2_exit,
             ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx),
         )
-        recorded = {
-            ("verify", "small"): vs,
-            ("verify", "large"): vl,
-            ("reason", "small"): self.reason,
-            ("extract", "small"): ex,
-        }
         if route is not None:
-            path = [recorded[c] for c in flow.calls(route)]
-            return route, path, vl if route in ("agree", "large_confident") else ex
+            return route, self._path(route), vl if route in ("agree", "large_confident") else ex
         table = self.masked if ctx.transfer_mask_answer else self.answers
         final = table.get(ratio_key(ctx.keep_ratio))
         if final is None:
@@ -229,8 +222,38 @@ class Branches:
                 if ctx.transfer_mask_answer
                 else "replay a recorded keep ratio, or evaluate with --keep-ratios",
             )
-        recorded["answer", "large"] = final
-        return "transfer", [recorded[c] for c in flow.calls("transfer")], final
+        return "transfer", self._path("transfer", final), final
+
+    @functools.cached_property
+    def _pooled(self) -> float | None:
+        """The pooled probability of the large short answer (one per run, whatever the gate)."""
+        return pooled_probability(
+            self.small.distribution, self.large.distribution, self.large.canonical or ""
+        )
+
+    def _path(self, route: str, answer: CallRecord | None = None) -> list[CallRecord]:
+        """The recorded calls of ``route`` in order (:func:`mai_graph.flow.calls`).
+
+        The transfer's ``answer`` is among them; memoized, since the settings replayed over a
+        run share it.
+        """
+        key = (route, None if answer is None else id(answer))
+        path = self._paths.get(key)
+        if path is None:
+            recorded = {
+                ("verify", "small"): self.small,
+                ("verify", "large"): self.large,
+                ("reason", "small"): self.reason,
+                ("extract", "small"): self.extract,
+            }
+            if answer is not None:
+                recorded["answer", "large"] = answer
+            path = self._paths[key] = [recorded[c] for c in flow.calls(route)]
+        return list(path)
+
+    @functools.cached_property
+    def _paths(self) -> dict[tuple[str, int | None], list[CallRecord]]:
+        return {}
 
 
 def replay(run: SampleRun, ctx: MAIContext) -> Outcome:

@@ -40,9 +40,23 @@ def records(tmp_path_factory):
     return read_records(out)
 
 
+@pytest.fixture(scope="module")
+def calibrated(records):
+    """``calibrate(records, **goal)``, each goal computed once for the module's tests."""
+    done = {}
+
+    def result(**goal):
+        key = tuple(sorted(goal.items()))
+        if key not in done:
+            done[key] = calibrate(records, **goal)
+        return done[key]
+
+    return result
+
+
 @pytest.mark.parametrize("target", [0.75, 0.8, 0.84])
-def test_an_accuracy_target_holds_on_the_held_out_split(records, target):
-    result = calibrate(records, target_accuracy=target)
+def test_an_accuracy_target_holds_on_the_held_out_split(calibrated, target):
+    result = calibrated(target_accuracy=target)
     assert result.met and result.chosen is not None
     assert result.chosen.accuracy >= target
     assert wilson_bounds(result.chosen.right, result.chosen.n, 0.9)[0] >= target
@@ -57,8 +71,8 @@ def test_an_accuracy_target_holds_on_the_held_out_split(records, target):
     assert not cheaper  # the cheapest qualifying setting was chosen
 
 
-def test_a_transfer_budget_holds_on_the_held_out_split(records):
-    result = calibrate(records, max_transfer_share=0.15)
+def test_a_transfer_budget_holds_on_the_held_out_split(calibrated):
+    result = calibrated(max_transfer_share=0.15)
     assert result.chosen is not None and result.chosen.transfer_share <= 0.15
     assert result.held_out.transfer_share <= 0.15 and result.held_out_met
     # The most accurate setting within the budget.
@@ -66,8 +80,8 @@ def test_a_transfer_budget_holds_on_the_held_out_split(records):
     assert result.chosen.accuracy == max(s.accuracy for s in within)
 
 
-def test_gap_recovered_and_the_pareto_front(records):
-    result = calibrate(records, target_accuracy=0.7)
+def test_gap_recovered_and_the_pareto_front(calibrated):
+    result = calibrated(target_accuracy=0.7)
     refs = result.references["calibration"]
     weak, strong = refs["small"], refs["large_cot"]
     for s in result.curve[:20]:
@@ -82,8 +96,8 @@ def test_gap_recovered_and_the_pareto_front(records):
     assert any(s.setting.large_confident_exit is not None for s in result.curve)
 
 
-def test_the_context_file_loads_and_reproduces_the_choice(records):
-    result = calibrate(records, target_accuracy=0.8)
+def test_the_context_file_loads_and_reproduces_the_choice(calibrated):
+    result = calibrated(target_accuracy=0.8)
     fields = context_file(result)
     ctx = MAIContext(**fields)
     for name, value in result.chosen.setting.fields().items():
@@ -92,8 +106,8 @@ def test_the_context_file_loads_and_reproduces_the_choice(records):
     assert "policy" not in fields and "answer_kind" not in fields
 
 
-def test_an_unreachable_target_chooses_nothing(records):
-    result = calibrate(records, target_accuracy=0.99)
+def test_an_unreachable_target_chooses_nothing(calibrated):
+    result = calibrated(target_accuracy=0.99)
     assert not result.met and result.chosen is None and result.held_out is None
     with pytest.raises(ConfigError, match="no setting was chosen"):
         context_file(result)
