@@ -72,7 +72,7 @@ async def run(args, small, large, scorers, image) -> dict:
     states = []
     for question in QUESTIONS[: args.texts]:
         inputs = {"question": question, "options": DEMO_OPTIONS, "image": image}
-        state = {**inputs, "request": read_question(inputs, base)}
+        state = {**inputs, "asked": read_question(inputs, base)}
         state.update(await reason(state, offline(base), lineup))
         states.append(state)
     rows = {}
@@ -137,7 +137,7 @@ async def attention_paths(scorer, states, ctx) -> dict:
     model = scorer.model
     full, cold, warm = [], [], []
     for state in states:
-        reasoning = reasoning_input(state, state["request"], ctx)
+        reasoning = reasoning_input(state, state["asked"], ctx)
         request = GenerationRequest(reasoning.s2_messages, max_tokens=1, purpose="attention")
         await model.attention(request)  # load + warm
         for bucket, kwargs, clear in (

@@ -1,7 +1,7 @@
 """The run's question as the first node reads it, and one request builder per call purpose.
 
 The first node validates the inputs once (:func:`read_question`) and records the
-:class:`~mai_graph.state.Question` as ``state["request"]``; later nodes build their calls from
+:class:`~mai_graph.state.Question` as ``state["asked"]``; later nodes build their calls from
 that record as it is. Each model call of the graph is built by exactly one function here, so the
 prompts of the verify, reasoning, S2 and transfer calls share their prefixes by construction.
 """

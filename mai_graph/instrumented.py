@@ -101,8 +101,9 @@ class InstrumentedBackend(WrapperBackend):
             except BaseException as exc:
                 await llm_runs.fail_call(run, exc)
                 raise
-            prob = answer_probability(gen) if request.purpose != "cot" else None
-            tracing.finish_call(span, gen, prob)
+            if span is not None:  # tracing is on
+                prob = answer_probability(gen) if request.purpose != "cot" else None
+                tracing.finish_call(span, gen, prob)
         await llm_runs.end_call(run, gen, request.purpose)
         return gen
 

@@ -39,7 +39,7 @@ class Drafter:
     """True when the run takes several drafts per small model (``drafts > 1``): the draft's
     short answer and reasoning are sampled at ``draft_temperature``."""
 
-    def shape(self, request: GenerationRequest, ctx: MAIContext) -> GenerationRequest:
+    def request_for(self, request: GenerationRequest, ctx: MAIContext) -> GenerationRequest:
         """``request`` as this draft makes it.
 
         Sampled drafts answer and reason at ``draft_temperature``, each with its own seed (the

@@ -109,7 +109,7 @@ class Sparsification(TypedDict):
 class InputState(TypedDict):
     """What a run needs.
 
-    The first node consumes these keys into ``request`` (and clears them), so on a reused
+    The first node consumes these keys into ``asked`` (and clears them), so on a reused
     thread every run uses only what its own input gives: a run without ``image`` has no image,
     whatever the previous run on the thread was given.
     """
@@ -167,7 +167,7 @@ class Question(TypedDict):
 
     ``prepare`` turns the untrusted :class:`InputState` into this record once
     (:func:`mai_graph.calls.read_question`: media resolved to references, options lettered, the
-    answer kind resolved) and keeps it in state as ``request``; nodes build their calls from it
+    answer kind resolved) and keeps it in state as ``asked``; nodes build their calls from it
     (:mod:`mai_graph.calls`) without validating again. JSON-friendly, like all of the state, so
     checkpointers and Studio keep it as is.
     """
@@ -252,7 +252,7 @@ class OutputState(TypedDict):
 class MAIState(InputState, Reasoning):
     """The full state; later nodes fill the ``NotRequired`` keys."""
 
-    request: NotRequired[Question]
+    asked: NotRequired[Question]
     """This run's question as the first node validated it (what every later node reads)."""
     small_answer: NotRequired[str]
     """Small model's short answer (verify)."""

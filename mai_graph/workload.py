@@ -2,7 +2,7 @@
 
 A :class:`Workload` holds the token counts of one MAI question (prompt sizes, reasoning and
 answer lengths, the share of the reasoning transferred). From them and the flow
-(:data:`mai_graph.flow.ENDINGS`) it gives every route's calls as :class:`CallShape` records
+(:data:`mai_graph.flow.ENDINGS`) it gives every route's calls as :class:`CallTokens` records
 (:meth:`Workload.calls`) and the longest context each side's model holds in any of them
 (:meth:`Workload.context_tokens`). Both consumers read this one accounting:
 
@@ -29,7 +29,7 @@ from mai_graph.errors import ConfigError
 __all__ = [
     "S2_TURN_TOKENS",
     "TEMPLATE_TOKENS",
-    "CallShape",
+    "CallTokens",
     "Workload",
 ]
 
@@ -42,7 +42,7 @@ S2_TURN_TOKENS = 48
 
 
 @dataclass(frozen=True)
-class CallShape:
+class CallTokens:
     """One model call: who makes it, and how many tokens of what kind."""
 
     role: flow.Role
@@ -193,7 +193,7 @@ class Workload(BaseModel):
         kept = max(1, math.ceil(self.keep_ratio * self.cot_tokens - 1e-9))
         return min(kept, self.max_transfer_tokens) if self.max_transfer_tokens else kept
 
-    def calls(self, route: str) -> list[CallShape]:
+    def calls(self, route: str) -> list[CallTokens]:
         """The calls of a route (:func:`mai_graph.flow.calls`), in order, with their tokens.
 
         The two ``verify`` calls of a MAI route run concurrently.
@@ -204,16 +204,16 @@ class Workload(BaseModel):
         n, img, con = self.short_tokens, self.image, self.constrained
         s2 = self.s2_tokens or n
 
-        def fresh(role: flow.Role, node: str, prompt: int, generated: int, con: bool) -> CallShape:
+        def fresh(role: flow.Role, node: str, prompt: int, generated: int, con: bool) -> CallTokens:
             cached = min(self.prompt_cached, prompt - 1)
-            return CallShape(role, node, prompt - cached, cached, generated, img, con)
+            return CallTokens(role, node, prompt - cached, cached, generated, img, con)
 
         def reasoned(role: flow.Role) -> int:
             return (
                 self.cot_tokens if role == "small" else (self.large_cot_tokens or self.cot_tokens)
             )
 
-        shapes: list[CallShape] = []
+        shapes: list[CallTokens] = []
         for step, role in flow.calls(route):
             if step == "verify":
                 shapes.append(fresh(role, "verify", p, n, con))
@@ -222,18 +222,18 @@ class Workload(BaseModel):
             elif step == "reason":  # after the short answer, whose prompt it mostly shares
                 uncached = self.reason_uncached
                 shapes.append(
-                    CallShape(role, "reason", uncached, max(pc - uncached, 0), reasoned(role))
+                    CallTokens(role, "reason", uncached, max(pc - uncached, 0), reasoned(role))
                 )
             elif step == "extract":  # the reasoning itself is cached
                 shapes.append(
-                    CallShape(
+                    CallTokens(
                         role, "extract", self.s2_uncached, pc + reasoned(role), s2, False, con
                     )
                 )
             else:  # the transfer: the reasoning read in prefill, one short answer
                 uncached = self.answer_uncached + self.transfer_tokens
                 cached = max(p - self.answer_uncached, 0)
-                shapes.append(CallShape(role, "answer", uncached, cached, n, False, con))
+                shapes.append(CallTokens(role, "answer", uncached, cached, n, False, con))
         return shapes
 
     def context_tokens(self, role: flow.Role) -> int:

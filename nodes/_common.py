@@ -36,7 +36,7 @@ __all__ = [
     "node_config",
     "offline",
     "record",
-    "settled",
+    "mai_runtime",
     "staged",
     "tag_metrics",
     "tagged",
@@ -50,7 +50,7 @@ MAIRuntime = Runtime[MAIContext]
 Core = Callable[[MAIState, MAIRuntime], Coroutine[Any, Any, Update]]
 
 
-def settled(runtime: Runtime[Any]) -> MAIRuntime:
+def mai_runtime(runtime: Runtime[Any]) -> MAIRuntime:
     """``runtime`` with its context as the run's :class:`MAIContext`.
 
     The graph's own runs carry a ``MAIContext`` already (the runtime is returned as is); a
@@ -85,13 +85,13 @@ class Node(Runnable[MAIState, Update]):
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Run the core to completion from sync code."""
-        return run_sync(self._run(input, settled(get_runtime())))
+        return run_sync(self._run(input, mai_runtime(get_runtime())))
 
     async def ainvoke(
         self, input: MAIState, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Update:
         """Await the core."""
-        return await self._run(input, settled(get_runtime()))
+        return await self._run(input, mai_runtime(get_runtime()))
 
     def _run(self, state: MAIState, runtime: MAIRuntime) -> Coroutine[Any, Any, Update]:
         if not tracing.enabled():

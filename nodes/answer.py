@@ -30,7 +30,7 @@ async def answer(
     state: MAIState, runtime: MAIRuntime, lineup: Lineup, stage: int = 1
 ) -> dict[str, Any]:
     """The stage's large model answers short; its prompt shares the verify call's prefix."""
-    q = state["request"]
+    q = state["asked"]
     pieces = transferred_drafts(state, stage)
     if pieces:  # several drafts' reasonings, best first
         request = answer_request(

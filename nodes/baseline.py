@@ -18,7 +18,7 @@ async def baseline(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict
     Its call is recorded as a short answer (``node`` ``verify``), as in MAI runs.
     """
     ctx = runtime.context
-    q = state["request"]
+    q = state["asked"]
     side = ctx.policy
     [model] = flow.called(side, lineup.layout)
     backend = lineup.backend(model)

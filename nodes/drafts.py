@@ -50,7 +50,7 @@ async def short_answer(
     q: Question, runtime: MAIRuntime, d: Drafter, several: bool
 ) -> tuple[Draft, Any, NodeMetrics]:
     """One draft's short answer: the draft, its generation and its call's record."""
-    request = d.shape(short_request(q, runtime.context), runtime.context)
+    request = d.request_for(short_request(q, runtime.context), runtime.context)
     gen, rec = await call(d.backend, request, "verify", "small", _runtime_of(runtime, d, several))
     draft = Draft(
         drafter=d.index,
@@ -65,7 +65,7 @@ async def short_answer(
 async def _chain_of_thought(
     q: Question, runtime: MAIRuntime, d: Drafter, role: str, several: bool
 ) -> tuple[dict[str, Any], NodeMetrics]:
-    request = d.shape(cot_request(q, runtime.context), runtime.context)
+    request = d.request_for(cot_request(q, runtime.context), runtime.context)
     gen, rec = await call(d.backend, request, "reason", role, _runtime_of(runtime, d, several))
     fields = {
         "reasoning": gen.text,

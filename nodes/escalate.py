@@ -49,7 +49,7 @@ async def escalate(
 ) -> dict[str, Any]:
     """Start ``stage``: the previous stage's answer is this pair's small answer; ask the large."""
     ctx = runtime.context
-    q = state["request"]
+    q = state["asked"]
     small, large = lineup.pair(stage)
     small_canonical = state.get("canonical") or ""
     small_prob = handed_on_probability(state)

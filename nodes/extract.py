@@ -25,7 +25,7 @@ async def extract(
 ) -> dict[str, Any]:
     """Append the extraction turn to each draft's CoT conversation (same prefix), read answers."""
     ctx = runtime.context
-    q = state["request"]
+    q = state["asked"]
     drafters, role = reasoners(lineup, runtime, stage)
     several = len(drafters) > 1
     drafts: list[Any] = list(state.get("drafts") or []) if several else [state]

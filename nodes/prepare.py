@@ -43,13 +43,13 @@ async def validate_inputs(
 def consume_inputs(state: MAIState, q: Question) -> dict[str, Any]:
     """The run's reset: what a previous run on the thread left is cleared, the inputs consumed.
 
-    The inputs become ``request`` (the validated :class:`~mai_graph.state.Question`), and the
+    The inputs become ``asked`` (the validated :class:`~mai_graph.state.Question`), and the
     metrics list starts anew (each later node appends its calls' records).
     """
     # Only keys a previous run on this thread left behind need clearing (fewer channel writes).
     update: dict[str, Any] = {k: None for k in _RUN_KEYS if state.get(k) is not None}
     # The inputs are consumed: a later run on this thread uses only what its own input gives.
-    update.update(dict.fromkeys(_INPUT_KEYS), request=q)
+    update.update(dict.fromkeys(_INPUT_KEYS), asked=q)
     update.update({k: None for k in _MEDIA_KEYS if state.get(k) is not None})
     update["metrics"] = Overwrite([])  # this run's calls replace any earlier run's
     return update

@@ -22,7 +22,7 @@ async def reason(
     """Generate the chain of thought under the context's token budget (k drafts at once)."""
     drafters, role = reasoners(lineup, runtime, stage)
     drafts = (state.get("drafts") or []) if stage == 1 else []
-    q = state["request"]
+    q = state["asked"]
     return await write_reasoning(q, runtime, drafters, role, drafts)
 
 

@@ -40,7 +40,7 @@ async def review(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
     what was wrong, so a mistyped resume never locks the thread.
     """
     payload: dict[str, Any] = {
-        "question": state["request"]["question"],
+        "question": state["asked"]["question"],
         "small_answer": state.get("small_answer"),
         "large_answer": state.get("large_answer"),
         "agree": state.get("route") == "agree",
@@ -55,7 +55,7 @@ async def review(state: MAIState, runtime: MAIRuntime) -> dict[str, Any]:
     if decision[0] == "continue":
         return {}
     text = decision[1] or ""
-    q = state["request"]
+    q = state["asked"]
     return {"answer": text, "canonical": canonical(text, q), "route": "human"}
 
 

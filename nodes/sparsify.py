@@ -66,7 +66,7 @@ async def sparsify(
     as they are; otherwise their text does. With ``transfer_mask_answer`` the reasoning's
     stated final answer (:func:`~mai_graph.scoring.mask.answer_statement`) is never sent.
     """
-    reasoning = reasoning_input(state, state["request"], ctx)
+    reasoning = reasoning_input(state, state["asked"], ctx)
     tokens = reasoning.tokens
     live = [i for i, t in enumerate(tokens) if t]  # special tokens decode to "": never sent
     masked = 0

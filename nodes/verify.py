@@ -106,7 +106,7 @@ async def verify(state: MAIState, runtime: MAIRuntime, lineup: Lineup) -> dict[s
     ``_distribution``); with several drafts, each is kept in ``drafts``.
     """
     ctx = runtime.context
-    q = state["request"]
+    q = state["asked"]
     drafters = lineup.drafts(ctx)
     several = len(drafters) > 1
     shorts = [short_answer(q, runtime, d, several) for d in drafters]

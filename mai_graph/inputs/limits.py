@@ -13,7 +13,7 @@ on every backend, and never reaches an engine:
   a few pixels to look at, so the caller is asked to crop or pad it;
 - an image whose short side is under :data:`MIN_IMAGE_SIDE` pixels is converted: scaled up
   (bicubic, keeping its aspect ratio) until the short side is :data:`MIN_IMAGE_SIDE`, and
-  answered; the run's ``request`` holds the reference to the scaled copy.
+  answered; the run's ``asked`` holds the reference to the scaled copy.
 
 Engines check the rendered prompt (text plus image tokens) against their context length before
 a request is submitted (:func:`check_prompt_length`).

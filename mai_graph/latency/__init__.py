@@ -6,7 +6,7 @@
 
 from mai_graph.latency.model import (
     CallSample,
-    CallShape,
+    CallTokens,
     EngineProfile,
     LatencyModel,
     Workload,
@@ -17,7 +17,7 @@ from mai_graph.latency.model import (
 
 __all__ = [
     "CallSample",
-    "CallShape",
+    "CallTokens",
     "EngineProfile",
     "LatencyModel",
     "Workload",

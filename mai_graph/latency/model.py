@@ -40,11 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mai_graph import flow
 from mai_graph.errors import ConfigError
-from mai_graph.workload import CallShape, Workload
+from mai_graph.workload import CallTokens, Workload
 
 __all__ = [
     "CallSample",
-    "CallShape",
+    "CallTokens",
     "EngineProfile",
     "LatencyModel",
     "MODEL_ROUTES",
@@ -71,14 +71,14 @@ FEATURES = (
     "decode_token_s",
     "decode_ktoken2_s",
 )
-"""The fitted coefficients, in the order of :meth:`~mai_graph.workload.CallShape.features`."""
+"""The fitted coefficients, in the order of :meth:`~mai_graph.workload.CallTokens.features`."""
 
 
 @dataclass(frozen=True)
 class CallSample:
     """A measured call: its shape, the engine's latency and the wall time around the call."""
 
-    shape: CallShape
+    shape: CallTokens
     latency_s: float
     """Time inside the engine (what the backend reports as the call's latency)."""
     wall_s: float | None = None
@@ -125,11 +125,11 @@ class EngineProfile(_Model):
         """Prefill speed in tokens per second at short context (None if not modelled)."""
         return 1.0 / self.prefill_token_s if self.prefill_token_s > 0 else None
 
-    def engine_time(self, call: CallShape) -> float:
+    def engine_time(self, call: CallTokens) -> float:
         """Modelled seconds inside the engine for one call.
 
         >>> p = EngineProfile(name="m", call_s=0.01, decode_token_s=0.02)
-        >>> round(p.engine_time(CallShape("small", "x", uncached=10, generated=3)), 6)
+        >>> round(p.engine_time(CallTokens("small", "x", uncached=10, generated=3)), 6)
         0.05
         """
         coefficients = (getattr(self, f) for f in FEATURES)
@@ -137,7 +137,7 @@ class EngineProfile(_Model):
 
     def ttft(self, prompt_tokens: int, *, image: bool = True) -> float:
         """Modelled time to the first token of a fresh prompt (engine time)."""
-        return self.engine_time(CallShape("small", "ttft", prompt_tokens, image=image))
+        return self.engine_time(CallTokens("small", "ttft", prompt_tokens, image=image))
 
 
 def _check_route(route: str) -> None:
@@ -286,12 +286,12 @@ class LatencyModel(_Model):
             raise ConfigError(f"role must be small or large, got {role!r}", parameter="role")
         return self.small if role == "small" else self.large
 
-    def call_time(self, call: CallShape, *, wall: bool = False) -> float:
+    def call_time(self, call: CallTokens, *, wall: bool = False) -> float:
         """Modelled seconds of one call (``wall`` adds the client time around it)."""
         engine = self.engine(call.role)
         return engine.engine_time(call) + (engine.client_s if wall else 0.0)
 
-    def path_time(self, calls: Iterable[CallShape], *, wall: bool = False) -> float:
+    def path_time(self, calls: Iterable[CallTokens], *, wall: bool = False) -> float:
         """Modelled critical path of calls: verification calls overlap, the rest add up.
 
         ``wall`` adds the client time per call (not the graph's overhead per run).
@@ -418,7 +418,7 @@ class LatencyModel(_Model):
             fresh = first and self.workload.image and cached <= self.workload.prompt_cached
             seen.add(c.role)
             shapes.append(
-                CallShape(
+                CallTokens(
                     c.role,
                     c.node,
                     max(c.prompt_tokens - cached, 0),
@@ -608,13 +608,13 @@ def fit_engine(
     return profile
 
 
-def _median_shape(shapes: Sequence[CallShape]) -> CallShape:
+def _median_shape(shapes: Sequence[CallTokens]) -> CallTokens:
     first = shapes[0]
 
     def med(attr: str) -> int:
         return round(statistics.median(getattr(s, attr) for s in shapes))
 
-    return CallShape(
+    return CallTokens(
         first.role,
         first.node,
         med("uncached"),
@@ -625,7 +625,9 @@ def _median_shape(shapes: Sequence[CallShape]) -> CallShape:
     )
 
 
-def fit_overlap(model: LatencyModel, rounds: Sequence[tuple[CallShape, CallShape, float]]) -> float:
+def fit_overlap(
+    model: LatencyModel, rounds: Sequence[tuple[CallTokens, CallTokens, float]]
+) -> float:
     """The verification contention that explains concurrent pairs of calls.
 
     Each round is (small call, large call, the slower one's measured latency when both ran

@@ -37,7 +37,7 @@ from mai_graph.errors import ConfigError
 from mai_graph.latency.model import (
     MODEL_ROUTES,
     CallSample,
-    CallShape,
+    CallTokens,
     LatencyModel,
     Workload,
     describe,
@@ -153,7 +153,7 @@ async def _timed(backend: VLMBackend, request: GenerationRequest) -> tuple[Any, 
 
 def _sample(role: str, group: str, gen: Any, wall: float, image: bool, con: bool) -> CallSample:
     cached = gen.cached_tokens or 0
-    shape = CallShape(
+    shape = CallTokens(
         role,  # type: ignore[arg-type]
         "profile",
         max(gen.prompt_tokens - cached, 0),
@@ -359,15 +359,15 @@ async def profile_pair(
 
 async def _mv_round(
     small: VLMBackend, large: VLMBackend, fresh: Fresh, ctx: MAIContext
-) -> tuple[CallShape, CallShape, float]:
+) -> tuple[CallTokens, CallTokens, float]:
     """One concurrent verification pair on a fresh image; the slower call's latency."""
     image = fresh.image()
     rs, rl = _verify_request(fresh, ctx, image), _verify_request(fresh, ctx, image)
     gs, gl = await asyncio.gather(_generate(small, rs), _generate(large, rl))
 
-    def shape(role: str, gen: Any) -> CallShape:
+    def shape(role: str, gen: Any) -> CallTokens:
         cached = gen.cached_tokens or 0
-        return CallShape(
+        return CallTokens(
             role,  # type: ignore[arg-type]
             "verify",
             max(gen.prompt_tokens - cached, 0),

@@ -130,7 +130,7 @@ def _image_run(client, assistant_id, image):
     if "__error__" in out:
         return None, out["__error__"]
     state = client.threads.get_state(thread["thread_id"])
-    return state["values"]["request"]["image"], None
+    return state["values"]["asked"]["image"], None
 
 
 @pytest.mark.server

@@ -144,7 +144,7 @@ async def test_a_reused_thread_answers_each_question_with_its_own_inputs(client)
     second = await client.runs.wait(tid, "mai", input={"question": "Is the square red?"})
     assert second["canonical"] in ("yes", "no")  # not a letter: the options were not inherited
     state = await client.threads.get_state(tid)
-    assert state["values"]["request"]["options"] is None
+    assert state["values"]["asked"]["options"] is None
 
 
 async def test_chat_graph_streams_its_reply_in_messages_mode(client):

@@ -144,7 +144,7 @@ def test_the_plan_and_the_latency_model_read_one_token_accounting():
     from mai_graph.latency import model
 
     assert plan.Workload is model.Workload is workload.Workload
-    assert model.CallShape is workload.CallShape
+    assert model.CallTokens is workload.CallTokens
 
 
 @pytest.mark.parametrize("ratio", [0.01, 0.1, 0.2, 0.25, 1 / 3, 0.4, 0.5, 0.99, 1.0])

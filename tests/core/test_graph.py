@@ -220,7 +220,7 @@ def test_image_input_becomes_a_reference(png):
     cfg = {"configurable": {"thread_id": "img"}}
     g.invoke({"question": "q?", "options": OPTIONS, "image": str(png)}, cfg, context={})
     state = g.get_state(cfg).values
-    image = state["request"]["image"]
+    image = state["asked"]["image"]
     assert set(image) == {"path", "sha256", "width", "height"}
     assert small.requests[0].image["sha256"] == image["sha256"]
 
@@ -236,7 +236,7 @@ def test_a_reused_thread_never_inherits_image_or_options(png, saver):
     last = small.requests[-1]
     assert last.image is None and last.choices is None
     assert "Options:" not in str(last.messages)
-    request = g.get_state(cfg).values["request"]
+    request = g.get_state(cfg).values["asked"]
     assert request == {"question": "Is it raining?", "image": None, "options": None, "kind": "auto"}
     with pytest.raises(ConfigError, match="question"):
         g.invoke({"image": str(png)}, cfg, context={})  # no question of its own: refused

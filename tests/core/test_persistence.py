@@ -34,9 +34,7 @@ def check_round_trip(g, cfg, png):
     out = g.invoke({"question": "Which?", "options": OPTIONS, "image": str(png)}, cfg, context={})
     assert out["route"] == "transfer"
     values = g.get_state(cfg).values
-    assert (
-        values["request"]["image"]["sha256"] and values["reasoning"] == "blue square and 2 circles"
-    )
+    assert values["asked"]["image"]["sha256"] and values["reasoning"] == "blue square and 2 circles"
     assert values["metrics"] == out["metrics"]
     history = list(g.get_state_history(cfg))
     assert len(history) >= 5
@@ -58,7 +56,7 @@ def test_a_new_connection_sees_the_saved_state(durable_checkpoints, png):
     with durable_checkpoints.saver() as saver:
         g = create_mai_graph(*backends()).compile(checkpointer=saver)
         values = g.get_state(cfg).values
-        assert values["route"] == "transfer" and values["request"]["image"]["width"] == 64
+        assert values["route"] == "transfer" and values["asked"]["image"]["width"] == 64
 
 
 async def test_async_saver(checkpoints, png):
@@ -70,7 +68,7 @@ async def test_async_saver(checkpoints, png):
         )
         assert out["route"] == "transfer"
         state = await g.aget_state(cfg)
-        assert state.values["request"]["image"]["height"] == 48
+        assert state.values["asked"]["image"]["height"] == 48
 
 
 # -- PostgreSQL: a killed run resumes in a new process; the rows hold no pixels ----------------
@@ -192,7 +190,7 @@ def test_postgres_rows_hold_image_references_never_pixels(postgres, png):
             cfg = {"configurable": {"thread_id": thread}}
             question = {"question": "Which?", "options": OPTIONS, "image": image}
             assert g.invoke(question, cfg, context={})["route"] == "transfer"
-            refs[thread] = g.get_state(cfg).values["request"]["image"]
+            refs[thread] = g.get_state(cfg).values["asked"]["image"]
     rows = _rows(url)
 
     inputs_record = {  # the raw input, before the first node replaced it with a reference

@@ -112,14 +112,14 @@ def test_request_holds_the_lists_and_one_image_keeps_its_shape(pictures):
     graph = create_mai_graph(small, large).compile(checkpointer=InMemorySaver())
     cfg = {"configurable": {"thread_id": "t"}}
     graph.invoke({"question": "Same?", "image": pictures[0], "images": pictures[1:]}, cfg)
-    request = graph.get_state(cfg).values["request"]
+    request = graph.get_state(cfg).values["asked"]
     assert [r["width"] for r in request["images"]] == [64, 72, 80]
     assert request["image"] == request["images"][0] and "videos" not in request
     graph.invoke({"question": "Same?", "image": pictures[0]}, cfg)
-    request = graph.get_state(cfg).values["request"]
+    request = graph.get_state(cfg).values["asked"]
     assert request["images"] == [request["image"]] and len(small.requests[-1].images) == 1
     graph.invoke({"question": "Only text?"}, cfg)  # nothing inherited from earlier runs
-    assert graph.get_state(cfg).values["request"] == {
+    assert graph.get_state(cfg).values["asked"] == {
         "question": "Only text?",
         "image": None,
         "options": None,

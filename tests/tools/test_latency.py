@@ -12,7 +12,7 @@ from mai_graph.latency.model import (
     FEATURES,
     MODEL_ROUTES,
     CallSample,
-    CallShape,
+    CallTokens,
     EngineProfile,
     LatencyModel,
     Workload,
@@ -47,7 +47,7 @@ def synthetic_samples(profile, *, noise=0.0, repeats=3, seed=0):
     out = []
     for i, (prompt, n, image, con) in enumerate(DESIGN):
         for _ in range(repeats):
-            shape = CallShape("small", "profile", prompt, 0, n, image, con)
+            shape = CallTokens("small", "profile", prompt, 0, n, image, con)
             true = profile.engine_time(shape)
             latency = true * (1 + rng.uniform(-noise, noise))
             out.append(CallSample(shape, latency, latency + 0.002, group=f"p{i}"))
@@ -80,7 +80,7 @@ def test_fit_with_noise_stays_close_and_takes_medians():
     fitted = fit_engine("m", samples)
     assert fitted.decode_token_s == pytest.approx(TRUE.decode_token_s, rel=0.05)
     for prompt, n, image, con in DESIGN:
-        shape = CallShape("small", "x", prompt, 0, n, image, con)
+        shape = CallTokens("small", "x", prompt, 0, n, image, con)
         assert fitted.engine_time(shape) == pytest.approx(TRUE.engine_time(shape), rel=0.05)
 
 
@@ -133,15 +133,15 @@ def test_fit_without_scipy_says_how_to_install_it(monkeypatch):
 
 
 def test_fit_refuses_too_little_variety():
-    shape = CallShape("small", "x", 50, 0, 1)
+    shape = CallTokens("small", "x", 50, 0, 1)
     with pytest.raises(ConfigError, match="three shapes"):
         fit_engine("m", [CallSample(shape, 0.01)] * 5)
 
 
 def test_overlap_is_recovered_from_concurrent_pairs():
     model = pair()
-    s = CallShape("small", "verify", 200, 0, 2, True, True)
-    lg = CallShape("large", "verify", 200, 0, 2, True, True)
+    s = CallTokens("small", "verify", 200, 0, 2, True, True)
+    lg = CallTokens("large", "verify", 200, 0, 2, True, True)
     a, b = model.call_time(s), model.call_time(lg)
     rounds = [(s, lg, max(a, b) + k * min(a, b)) for k in (0.3, 0.4, 0.5)]
     assert fit_overlap(model, rounds) == pytest.approx(0.4)
@@ -436,7 +436,7 @@ class SimEngine:
             self.images.add(image["sha256"])
         n = max(request.min_tokens, 2 if request.choices else 1)
         text = request.choices[0] if request.choices else " ".join(["w"] * n)
-        shape = CallShape(
+        shape = CallTokens(
             "small", "x", len(tokens) - cached, cached, n, fresh, request.choices is not None
         )
         return Generation(
@@ -517,12 +517,12 @@ def test_recorded_calls_charge_an_image_only_when_it_was_not_cached():
 
     fresh = model.predict_calls([call("verify", "small", 180, 32)])
     seen = model.predict_calls([call("verify", "small", 180, 96)])
-    prefill = model.small.engine_time(CallShape("small", "x", 148, 32, 2, False, True))
+    prefill = model.small.engine_time(CallTokens("small", "x", 148, 32, 2, False, True))
     assert fresh == pytest.approx(prefill + model.small.image_s)
     assert seen < fresh
     # A role's later calls never read a fresh image.
     path = [call("verify", "small", 180, 32), call("reason", "small", 200, 160, 50)]
-    reason = model.small.engine_time(CallShape("small", "reason", 40, 160, 50))
+    reason = model.small.engine_time(CallTokens("small", "reason", 40, 160, 50))
     assert model.predict_calls(path) == pytest.approx(fresh + reason)
 
 
