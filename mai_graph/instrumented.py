@@ -20,11 +20,13 @@ from langgraph.config import get_config
 
 from mai_graph import llm_runs, tracing
 from mai_graph.backends.base import (
+    Capabilities,
     Generation,
     GenerationRequest,
     StreamingBackend,
     TextCallback,
     VLMBackend,
+    capabilities_of,
 )
 from mai_graph.backends.wrapper import WrapperBackend
 
@@ -74,7 +76,20 @@ def answer_probability(gen: Generation) -> float | None:
 
 
 class InstrumentedBackend(WrapperBackend):
-    """Reports every call to the inner backend as a span and a chat-model run."""
+    """Reports every call to the inner backend as a span and a chat-model run.
+
+    Its capabilities are the inner backend's as the graph was built (read once: every call
+    of a run asks whether to stream).
+    """
+
+    def __init__(self, inner: VLMBackend) -> None:
+        super().__init__(inner)
+        self._capabilities = capabilities_of(inner)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The inner backend's capabilities, read when the graph was built."""
+        return self._capabilities
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve ``request``, reported."""
