@@ -100,6 +100,7 @@ def image(tmp_path):
     return str(path)
 
 
+@pytest.mark.slow
 def test_run_passes_every_models_options(capture, image):
     with pytest.raises(Captured) as got:
         main(["run", "Is it red?", "--image", image, *ENGINE_FLAGS])

@@ -28,6 +28,7 @@ def test_langgraph_json_names_the_studio_graph():
         )
 
 
+@pytest.mark.slow
 def test_env_selects_backends_without_starting_engines():
     small, large = backends_from_env({})
     assert small.name == "demo-small"

@@ -235,6 +235,7 @@ def test_skip_mm_profiling_is_refused_on_a_gpu_unless_the_kv_pool_is_fixed(gpu, 
     assert bare.engine_args().skip_mm_profiling  # the CPU tests' setting
 
 
+@pytest.mark.slow
 def test_a_restart_waits_for_the_dead_engines_processes_and_memory(gpu, monkeypatch):
     backend = VLLMBackend(SMALL, gpu_memory_utilization=0.3)
     start(backend)

@@ -72,6 +72,7 @@ def test_the_core_is_nudged_until_it_exits_and_no_longer(loop):
     assert len(engine.nudges) == 3, "nudged after the core exited"
 
 
+@pytest.mark.slow
 def test_a_core_that_never_exits_is_killed_after_the_grace(loop, caplog):
     core = _sleeper()
     engine = _Engine(core, exit_on_nudge=None)

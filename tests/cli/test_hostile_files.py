@@ -160,6 +160,7 @@ FILE_DOORS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("door, argv, name, kinds", FILE_DOORS, ids=[d[0] for d in FILE_DOORS])
 def test_every_door_refuses_files_that_are_not_files(tmp_path, door, argv, name, kinds):
     paths = _paths(tmp_path)

@@ -45,6 +45,7 @@ def test_a_results_file_is_strict_json_and_checked_when_read(tmp_path):
         read_results(partial)
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_is_no_error():
     """`mai-graph diagram | head -1`: the pipe closes before the command writes."""
     import subprocess

@@ -1019,6 +1019,7 @@ def test_unknown_never_matches_and_answers_match_themselves(kind):
         assert not answers_match(text, U, kind)
 
 
+@pytest.mark.slow
 def test_gate_is_symmetric_on_every_pair():
     for kind in ("auto", "number", "text", "yes_no"):
         canon = [extract_answer(t, kind) for t in ALL_TEXTS[::3]]

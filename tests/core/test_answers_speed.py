@@ -76,6 +76,7 @@ def _best_of(runs: int, fn) -> float:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["choice", "yes_no", "number", "text", "auto"])
 def test_long_adversarial_inputs_are_read_in_linear_time(kind):
     options = CARS if kind == "choice" else None

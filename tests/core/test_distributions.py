@@ -51,6 +51,7 @@ def test_first_token_ids_fold_forms_and_say_why_they_cannot():
     assert "start with the same token" in first_token_ids(shared, yes_no)
 
 
+@pytest.mark.slow
 def test_first_token_ids_on_the_real_qwen_vocabulary(qwen_pair):
     """Qwen's byte-level BPE writes every option letter and yes / no form as one token."""
     from transformers import AutoTokenizer
@@ -198,6 +199,7 @@ def test_a_run_ends_on_pooled_distributions_that_back_the_large_answer():
     assert never.route == "transfer"
 
 
+@pytest.mark.slow
 def test_calibrate_replays_the_distribution_rules_and_compares_them():
     import tempfile
     from pathlib import Path

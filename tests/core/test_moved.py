@@ -45,6 +45,7 @@ def test_every_alias_imports():
         assert importlib.import_module(old) is not None, old
 
 
+@pytest.mark.slow
 def test_importing_an_alias_leaves_the_real_module_its_own_spec():
     code = (
         "import mai_graph.serve as old, mai_graph.adapters.endpoint as new, "

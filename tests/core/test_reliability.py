@@ -65,6 +65,7 @@ def test_question_and_prompt_limits_name_the_limit_and_the_fix():
 # -- cancellation --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_burst_of_cancelled_runs_leaves_nothing_in_flight(good_image):
     small = ScriptedBackend({"short": "A", "cot": "x " * 50, "s2": "A"}, name="small", latency=0.05)
     large = ScriptedBackend({"short": "B", "answer": "A"}, name="large", latency=0.05)

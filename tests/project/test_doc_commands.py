@@ -246,6 +246,7 @@ def run_page(page: list[Block], tmp_path: Path, monkeypatch, capsys) -> tuple[in
     return ran, stale
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", FILES)
 def test_doc_commands_run_as_written(where, hub, tmp_path, monkeypatch, capsys):
     """The file's offline commands run, and the output pasted under them is what they print."""

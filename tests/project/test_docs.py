@@ -1,6 +1,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from mai_graph.graph import mermaid
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -79,6 +81,7 @@ def test_node_reference_lists_every_sparsify_strategy_and_route():
         assert listed == list(get_args(literal)), f"nodes.md {name}: {listed}"
 
 
+@pytest.mark.slow
 def test_every_figure_in_the_docs_says_where_it_comes_from(capsys):
     """scripts/check_figures.py (also a step of .ci/run): no number in README.md or docs/
     without a command that prints it or a label (modelled, a source, an expectation)."""

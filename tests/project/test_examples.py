@@ -23,6 +23,7 @@ def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"quickstart.py", "chat_agent.py", "langchain_chain.py"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs_offline(path):
     out = run_example(path, MAI_GRAPH_BACKEND="fake")

@@ -8,10 +8,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("verify", "reason", "extract", "sparsify", "answer")
 
 
+@pytest.mark.slow
 def test_wheel_contains_nodes_and_imports_them(tmp_path):
     # Build from a copy: a build writes egg-info and build/ next to the sources.
     src = tmp_path / "src"

@@ -54,6 +54,7 @@ def calibrated(records):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [0.75, 0.8, 0.84])
 def test_an_accuracy_target_holds_on_the_held_out_split(calibrated, target):
     result = calibrated(target_accuracy=target)
@@ -71,6 +72,7 @@ def test_an_accuracy_target_holds_on_the_held_out_split(calibrated, target):
     assert not cheaper  # the cheapest qualifying setting was chosen
 
 
+@pytest.mark.slow
 def test_a_transfer_budget_holds_on_the_held_out_split(calibrated):
     result = calibrated(max_transfer_share=0.15)
     assert result.chosen is not None and result.chosen.transfer_share <= 0.15
@@ -80,6 +82,7 @@ def test_a_transfer_budget_holds_on_the_held_out_split(calibrated):
     assert result.chosen.accuracy == max(s.accuracy for s in within)
 
 
+@pytest.mark.slow
 def test_gap_recovered_and_the_pareto_front(calibrated):
     result = calibrated(target_accuracy=0.7)
     refs = result.references["calibration"]
@@ -96,6 +99,7 @@ def test_gap_recovered_and_the_pareto_front(calibrated):
     assert any(s.setting.large_confident_exit is not None for s in result.curve)
 
 
+@pytest.mark.slow
 def test_the_context_file_loads_and_reproduces_the_choice(calibrated):
     result = calibrated(target_accuracy=0.8)
     fields = context_file(result)
@@ -106,6 +110,7 @@ def test_the_context_file_loads_and_reproduces_the_choice(calibrated):
     assert "policy" not in fields and "answer_kind" not in fields
 
 
+@pytest.mark.slow
 def test_an_unreachable_target_chooses_nothing(calibrated):
     result = calibrated(target_accuracy=0.99)
     assert not result.met and result.chosen is None and result.held_out is None
@@ -138,6 +143,7 @@ def test_setting_labels():
     assert Setting("never", 0.5, False).label() == "never, s2 off, keep 0.2"
 
 
+@pytest.mark.slow
 def test_calibration_replay_agrees_with_replay_on_every_setting(records):
     from mai_graph.eval import replay
     from mai_graph.eval.calibrate import score_setting, settings_grid

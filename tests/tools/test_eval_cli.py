@@ -25,6 +25,7 @@ def evaluated(data, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_eval_prints_the_table_and_writes_the_report(evaluated, capsys):
     assert main(["eval", "--report-only", "--out", str(evaluated)]) == EXIT_OK
     out = capsys.readouterr().out

@@ -46,6 +46,7 @@ def full_report(dataset, tmp_path_factory):
     return out, records, report
 
 
+@pytest.mark.slow
 def test_route_shares_sum_to_one_and_counts_to_n(full_report, dataset):
     _, _, report = full_report
     assert set(report["policies"]) == set(POLICIES)
@@ -139,6 +140,7 @@ def test_report_files(full_report, tmp_path):
     assert "| mai * |" in md and "![MAI routes](routes.png)" in md and "predicted ms" in md
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "settings",
     [
@@ -168,6 +170,7 @@ def test_replay_matches_live_runs(full_report, dataset, tmp_path, settings):
         assert again.generated == got.generated
 
 
+@pytest.mark.slow
 def test_resume_after_a_killed_run_redoes_nothing(dataset, tmp_path):
     data = dataset.path
     script = textwrap.dedent(

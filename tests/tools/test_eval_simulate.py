@@ -63,6 +63,7 @@ def test_oracle_scores_one_on_every_policy(tmp_path):
     assert stages["queue_s"] == 0.0 and stages["prefill_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [
@@ -105,6 +106,7 @@ def test_error_correlation_changes_what_the_models_agree_on():
     assert tied["routes"]["agree"] > free["routes"]["agree"]
 
 
+@pytest.mark.slow
 def test_answers_are_deterministic_and_probabilities_informative():
     samples = _samples(400)
     config = SimConfig(seed=5)
@@ -148,6 +150,7 @@ def test_simulated_wrong_numbers_are_wrong_for_every_gold_form(gold):
     assert wrong and not any(match_gold(w, gold, "number") for w in wrong)
 
 
+@pytest.mark.slow
 def test_expected_accuracy_accounts_for_vqa_credits(tmp_path):
     """Questions whose human answers rarely agree: a right answer earns 5/6, not 1."""
     samples = [

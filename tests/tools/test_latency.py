@@ -295,6 +295,7 @@ def sim_eval(tmp_path_factory):
     return folder / "eval", cfg
 
 
+@pytest.mark.slow
 def test_report_fills_predictions_from_recorded_token_counts(sim_eval):
     from mai_graph.eval.records import read_records
     from mai_graph.eval.report import build_report, format_table

@@ -164,6 +164,7 @@ def test_the_graph_still_asks_what_the_pair_learned(name):
     )
 
 
+@pytest.mark.slow
 def test_pair_command():
     out = subprocess.run([sys.executable, "-m", "mai_graph.cli", "pair", "--pair", "v1"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip

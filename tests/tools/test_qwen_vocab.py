@@ -165,6 +165,7 @@ def test_the_ranks_are_checked(monkeypatch, tmp_path):
         qwen_vocab._vocab_and_merges.cache_clear()
 
 
+@pytest.mark.slow
 def test_the_real_vocabulary_pair(qwen_pair):
     from transformers import AutoConfig, AutoProcessor, GenerationConfig
 
@@ -212,6 +213,7 @@ def test_word_groups_on_real_subword_tokens_keep_numbers_whole(tok, sentence):
             assert set(g) <= kept or not set(g) & kept
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("thinking", [False, True])
 def test_s2_prompt_extends_the_cot_prompt_exactly(thinking):
     """S2 over the cached reasoning: its prompt is the CoT prompt + the generated ids verbatim,
