@@ -38,6 +38,7 @@ __all__ = [
     "budget_roles",
     "called",
     "calls",
+    "check_route",
     "entry",
     "memory_role",
     "nodes",
@@ -270,7 +271,11 @@ _PASSED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_route(route: str) -> None:
+def check_route(route: str) -> None:
+    """Refuse a route that ends on no model calls of :data:`ENDINGS` (``human``) or none at all.
+
+    >>> check_route("transfer")
+    """
     if route not in ENDINGS:
         raise ConfigError(
             f"route must be one of {list(ENDINGS)}, got {route!r}",
@@ -285,7 +290,7 @@ def calls(route: str) -> tuple[Call, ...]:
     >>> calls("large_cot")
     (('reason', 'large'), ('extract', 'large'))
     """
-    _check_route(route)
+    check_route(route)
     return ENDINGS[route]
 
 
@@ -295,5 +300,5 @@ def nodes(route: str) -> tuple[str, ...]:
     >>> nodes("transfer"), nodes("small")
     (('verify', 'reason', 'extract', 'sparsify', 'answer'), ('baseline',))
     """
-    _check_route(route)
+    check_route(route)
     return _PASSED[route]

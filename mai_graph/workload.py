@@ -24,7 +24,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mai_graph import flow
-from mai_graph.errors import ConfigError
 
 __all__ = [
     "S2_TURN_TOKENS",
@@ -198,7 +197,7 @@ class Workload(BaseModel):
 
         The two ``verify`` calls of a MAI route run concurrently.
         """
-        _check_route(route)
+        flow.check_route(route)
         p = self.prompt_tokens
         pc = self.cot_prompt_tokens or p
         n, img, con = self.short_tokens, self.image, self.constrained
@@ -244,12 +243,3 @@ class Workload(BaseModel):
         chain's middle stage, which reasons for the next).
         """
         return max(c.total for route in flow.ENDINGS for c in self.calls(route) if c.role == role)
-
-
-def _check_route(route: str) -> None:
-    if route not in flow.ENDINGS:
-        raise ConfigError(
-            f"route must be one of {list(flow.ENDINGS)}, got {route!r}",
-            parameter="route",
-            value=route,
-        )

@@ -140,15 +140,6 @@ class EngineProfile(_Model):
         return self.engine_time(CallTokens("small", "ttft", prompt_tokens, image=image))
 
 
-def _check_route(route: str) -> None:
-    if route not in MODEL_ROUTES:
-        raise ConfigError(
-            f"route must be one of {list(MODEL_ROUTES)}, got {route!r}",
-            parameter="route",
-            value=route,
-        )
-
-
 def _is_latency_model(file: Path) -> bool:
     """Whether a file is a latency model :meth:`LatencyModel.save` wrote (it may be replaced)."""
     try:
