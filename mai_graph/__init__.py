@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from mai_graph.adapters.langchain import MAIChatModel, create_mai_chat_graph
     from mai_graph.answers import UNKNOWN, AnswerKind, answers_match, extract_answer
     from mai_graph.api import MAI, MAIResult, arun, run
-    from mai_graph.backends.base import Generation, GenerationRequest, VLMBackend
+    from mai_graph.backends.base import Capabilities, Generation, GenerationRequest, VLMBackend
     from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
+    from mai_graph.backends.wrapper import WrapperBackend
     from mai_graph.context import MAIContext, Policy, SparsifyStrategy
     from mai_graph.engines import LineupSpec, ModelSpec, PlanError, build_lineup, load_lineup
     from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
@@ -40,6 +41,7 @@ _WHERE = {
     "answers_match": "mai_graph.answers",
     "arun": "mai_graph.api",
     "BackendError": "mai_graph.errors",
+    "Capabilities": "mai_graph.backends.base",
     "build_lineup": "mai_graph.engines",
     "ConfigError": "mai_graph.errors",
     "create_mai_chat_graph": "mai_graph.adapters.langchain",
@@ -76,6 +78,7 @@ _WHERE = {
     "UNKNOWN": "mai_graph.answers",
     "VideoRef": "mai_graph.inputs.video",
     "VLMBackend": "mai_graph.backends.base",
+    "WrapperBackend": "mai_graph.backends.wrapper",
 }
 """Each public name and the module that defines it."""
 
@@ -83,6 +86,7 @@ __all__ = [
     "UNKNOWN",
     "AnswerKind",
     "BackendError",
+    "Capabilities",
     "ConfigError",
     "FunctionBackend",
     "Generation",
@@ -110,6 +114,7 @@ __all__ = [
     "SparsifyStrategy",
     "VLMBackend",
     "VideoRef",
+    "WrapperBackend",
     "answers_match",
     "arun",
     "build_lineup",

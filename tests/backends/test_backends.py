@@ -8,7 +8,13 @@ import sys
 import pytest
 
 from mai_graph import FunctionBackend, Generation, ScriptedBackend, create_mai_graph
-from mai_graph.backends.base import Capabilities, VLMBackend, capabilities_of, provider_of
+from mai_graph.backends.base import (
+    Capabilities,
+    GenerationRequest,
+    VLMBackend,
+    capabilities_of,
+    provider_of,
+)
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.steered import SteeredBackend
@@ -186,3 +192,72 @@ def test_a_missing_extra_names_what_to_install(monkeypatch, module, missing, ext
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ImportError, match=rf'pip install "mai-graph\[{extra}\]"'):
         importlib.import_module(module)
+
+
+def _ask(purpose="short"):
+    return GenerationRequest(
+        [{"role": "user", "content": [{"type": "text", "text": "Which?"}]}],
+        max_tokens=4,
+        purpose=purpose,
+    )
+
+
+async def test_a_wrapper_changes_requests_and_generations_on_both_paths():
+    import dataclasses
+
+    from mai_graph import WrapperBackend
+
+    class Loud(WrapperBackend):
+        def before(self, request):
+            return dataclasses.replace(request, max_tokens=2)
+
+        def after(self, request, generation):
+            return dataclasses.replace(generation, text=generation.text.upper())
+
+    inner = ScriptedBackend({"short": "b"}, name="m")
+    loud = Loud(inner)
+    assert (await loud.generate(_ask())).text == "B"
+    pieces = []
+    assert (await loud.generate_stream(_ask(), pieces.append)).text == "B"
+    assert "".join(pieces) == "b"  # the deltas are the inner backend's, as it streamed them
+    assert [r.max_tokens for r in inner.requests] == [2, 2]
+    assert loud.name == "m" and loud.requests is inner.requests  # members pass through
+
+
+async def test_a_wrapper_over_a_backend_that_does_not_stream_serves_a_stream_call_whole():
+    from mai_graph import WrapperBackend
+
+    wrapped = WrapperBackend(Plain())
+    pieces = []
+    assert not wrapped.capabilities.stream
+    assert (await wrapped.generate_stream(_ask(), pieces.append)).text == "A" and pieces == []
+
+
+def test_a_wrapper_copied_or_unpickled_half_built_does_not_recurse():
+    import copy
+
+    from mai_graph import WrapperBackend
+
+    half = WrapperBackend.__new__(WrapperBackend)  # as copy and pickle make it
+    with pytest.raises(AttributeError):
+        half.vocab_fingerprint  # noqa: B018
+    assert copy.copy(WrapperBackend(Plain())).name == "plain"
+
+
+async def test_the_graph_instruments_each_backend_once_and_leaves_the_callers_own():
+    from mai_graph.instrumented import InstrumentedBackend, instrumented
+    from mai_graph.lineup import Lineup
+
+    small, large = ScriptedBackend("A", name="s"), ScriptedBackend("A", name="l")
+    lineup = Lineup.of(small, large).instrumented()
+    wrapped = [*lineup.drafters, *lineup.chain]
+    assert all(isinstance(b, InstrumentedBackend) for b in wrapped)
+    assert [b.inner for b in wrapped] == [small, large]  # the caller's backends, unwrapped
+    assert instrumented(wrapped[0]) is wrapped[0]  # never wrapped twice
+    assert wrapped[1].capabilities == capabilities_of(large) and wrapped[1].name == "l"
+    out = (
+        await create_mai_graph(small, large)
+        .compile()
+        .ainvoke({"question": "Which?", "options": ["x", "y"]}, context={})
+    )
+    assert out["route"] == "agree" and len(small.requests) == len(large.requests) == 1

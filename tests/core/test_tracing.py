@@ -246,6 +246,33 @@ def test_a_failed_call_marks_its_spans_without_quoting_the_input(exporter):
     assert SECRET not in _dump(spans)
 
 
+def test_calls_are_reported_by_the_graphs_wrapper_not_by_the_node(exporter):
+    """A node core called outside the graph reaches the caller's backend unwrapped: no span.
+
+    Through the graph the same call is a ``chat`` span named after the node and role that
+    labelled it (the graph wraps every backend in its instrumentation).
+    """
+    from mai_graph.lineup import Lineup
+    from mai_graph.nodes._common import offline
+    from mai_graph.nodes.prepare import make_prepare
+    from mai_graph.nodes.verify import verify
+
+    memory, _ = exporter
+    small, large = transfer_pair()
+    lineup = Lineup.of(small, large)
+    state = {"question": "Which?", "options": OPTIONS}
+    runtime = offline()
+    state = {**state, **asyncio.run(make_prepare(lineup, None, False).core(state, runtime))}
+    asyncio.run(verify(state, runtime, lineup))
+    assert len(small.requests) == len(large.requests) == 1
+    assert memory.get_finished_spans() == ()
+
+    asyncio.run(verify(state, runtime, lineup.instrumented()))
+    calls = [s for s in memory.get_finished_spans() if s.name.startswith("chat ")]
+    assert sorted(s.attributes["mai.role"] for s in calls) == ["large", "small"]
+    assert {s.attributes["mai.node"] for s in calls} == {"verify"}
+
+
 def test_tracing_off_records_nothing(exporter):
     memory, _ = exporter
     tracing.disable()
