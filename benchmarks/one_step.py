@@ -21,7 +21,7 @@ from pathlib import Path
 from mai_graph import MAIContext
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.calls import read_question, short_request
-from mai_graph.engines.select import backends_for
+from mai_graph.deploy.select import backends_for
 from mai_graph.eval.datasets import load_dataset
 from mai_graph.eval.synthetic import make_synthetic
 from mai_graph.pair import PAIRS, trained_pair_paths

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from PIL import Image
 
 from mai_graph.adapters.langchain import create_mai_chat_graph
-from mai_graph.engines.select import backends_from_env
+from mai_graph.deploy.select import backends_from_env
 
 
 def has_image(state: MessagesState) -> str:

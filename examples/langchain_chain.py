@@ -14,7 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from PIL import Image, ImageDraw
 
 from mai_graph.adapters.langchain import MAIChatModel
-from mai_graph.engines.select import backends_from_env
+from mai_graph.deploy.select import backends_from_env
 
 
 def data_url() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from mai_graph import run
-from mai_graph.engines.select import backends_from_env
+from mai_graph.deploy.select import backends_from_env
 
 
 def picture(path: Path) -> Path:

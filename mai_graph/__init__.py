@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mai_graph.backends.fake import FunctionBackend, ScriptedBackend, demo_backends
     from mai_graph.backends.wrapper import WrapperBackend
     from mai_graph.context import MAIContext, Policy, SparsifyStrategy
-    from mai_graph.engines import LineupSpec, ModelSpec, PlanError, build_lineup, load_lineup
+    from mai_graph.deploy import LineupSpec, ModelSpec, PlanError, build_lineup, load_lineup
     from mai_graph.errors import BackendError, ConfigError, ImageError, MAIError
     from mai_graph.graph import create_mai_graph
     from mai_graph.inputs.images import ImageRef
@@ -42,7 +42,7 @@ _WHERE = {
     "arun": "mai_graph.api",
     "BackendError": "mai_graph.errors",
     "Capabilities": "mai_graph.backends.base",
-    "build_lineup": "mai_graph.engines",
+    "build_lineup": "mai_graph.deploy",
     "ConfigError": "mai_graph.errors",
     "create_mai_chat_graph": "mai_graph.adapters.langchain",
     "create_mai_graph": "mai_graph.graph",
@@ -56,8 +56,8 @@ _WHERE = {
     "ImagePolicy": "mai_graph.inputs.sources",
     "ImageRef": "mai_graph.inputs.images",
     "InputState": "mai_graph.state",
-    "LineupSpec": "mai_graph.engines",
-    "load_lineup": "mai_graph.engines",
+    "LineupSpec": "mai_graph.deploy",
+    "load_lineup": "mai_graph.deploy",
     "MAI": "mai_graph.api",
     "MAIChatModel": "mai_graph.adapters.langchain",
     "MAIContext": "mai_graph.context",
@@ -66,10 +66,10 @@ _WHERE = {
     "MAIResult": "mai_graph.api",
     "MAIState": "mai_graph.state",
     "Message": "mai_graph.messages",
-    "ModelSpec": "mai_graph.engines",
+    "ModelSpec": "mai_graph.deploy",
     "NodeMetrics": "mai_graph.state",
     "OutputState": "mai_graph.state",
-    "PlanError": "mai_graph.engines",
+    "PlanError": "mai_graph.deploy",
     "Policy": "mai_graph.context",
     "Route": "mai_graph.state",
     "run": "mai_graph.api",

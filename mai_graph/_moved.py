@@ -39,8 +39,15 @@ MOVED = {
     "mai_graph.testing": "mai_graph.tiny.build",
     "mai_graph.qwen_vocab": "mai_graph.tiny.qwen_vocab",
     "mai_graph.demo": "mai_graph.tiny.demo",
-    "mai_graph.backends.select": "mai_graph.engines.select",
+    "mai_graph.backends.select": "mai_graph.deploy.select",
     "mai_graph.engines.bench": "mai_graph.latency.bench",
+    # deployment specs, the memory plan and the backend factories: "engines" held no engine
+    "mai_graph.engines": "mai_graph.deploy",
+    "mai_graph.engines.build": "mai_graph.deploy.build",
+    "mai_graph.engines.plan": "mai_graph.deploy.plan",
+    "mai_graph.engines.select": "mai_graph.deploy.select",
+    "mai_graph.engines.shape": "mai_graph.deploy.shape",
+    "mai_graph.engines.spec": "mai_graph.deploy.spec",
     "mai_graph.eval.cli": "mai_graph.cli.eval",
     "mai_graph.pair.cli": "mai_graph.cli.pair",
 }
@@ -52,7 +59,7 @@ SPLIT = {
     "mai_graph.media": ("mai_graph.inputs.video", "mai_graph.inputs.limits",
                         "mai_graph.inputs.sources"),
     "mai_graph.profile": ("mai_graph.latency.profile", "mai_graph.cli.profile"),
-    "mai_graph.backends.select": ("mai_graph.engines.select", "mai_graph.cli.backends"),
+    "mai_graph.backends.select": ("mai_graph.deploy.select", "mai_graph.cli.backends"),
 }  # fmt: skip
 """Old module path -> the modules its public names live in now, the first its main home."""
 for _old in SPLIT:
@@ -113,4 +120,7 @@ _MISSING = object()
 def install() -> None:
     """Put the alias finder on ``sys.meta_path`` (once; ``import mai_graph`` calls this)."""
     if not any(isinstance(f, _Aliases) for f in sys.meta_path):
-        sys.meta_path.append(_Aliases())
+        # First: a submodule of a moved package (mai_graph.engines.spec) must resolve to the
+        # moved module, not be found again by the path finder in the package's new folder (a
+        # second module object). It answers only the names of MOVED and SPLIT.
+        sys.meta_path.insert(0, _Aliases())

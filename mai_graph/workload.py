@@ -8,7 +8,7 @@ answer lengths, the share of the reasoning transferred). From them and the flow
 
 - the latency model (:mod:`mai_graph.latency`) prices each call of a route (typical lengths,
   measured on a profiled pair);
-- the memory plan (:mod:`mai_graph.engines.plan`) sizes each engine's ``max_model_len`` from
+- the memory plan (:mod:`mai_graph.deploy.plan`) sizes each engine's ``max_model_len`` from
   the context its model needs (the run settings' budgets: :meth:`Workload.from_context`, at
   the model's own image tokens: :meth:`Workload.for_model`).
 

@@ -77,7 +77,7 @@ def backends() -> str:
     from mai_graph.backends.openai import OpenAIBackend
     from mai_graph.backends.transformers import TransformersBackend
     from mai_graph.backends.vllm import VLLMBackend
-    from mai_graph.engines.select import BACKENDS
+    from mai_graph.deploy.select import BACKENDS
 
     members = {
         "streaming": "stream",

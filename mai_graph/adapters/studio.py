@@ -1,6 +1,6 @@
 """The graph LangGraph Studio / ``langgraph dev`` serves (named in ``langgraph.json``).
 
-Backends come from environment variables (:func:`~mai_graph.engines.select.backends_from_env`:
+Backends come from environment variables (:func:`~mai_graph.deploy.select.backends_from_env`:
 ``MAI_GRAPH_BACKEND`` = ``fake`` (default), ``vllm`` or ``transformers``, and
 ``MAI_GRAPH_SMALL`` / ``MAI_GRAPH_LARGE``). Building the graph starts no engine (vLLM engines
 start on the first real run, transformers models load on the first request), so the server can
@@ -22,7 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from mai_graph import tracing
 from mai_graph.adapters.langchain import create_mai_chat_graph
 from mai_graph.context import mai_settings
-from mai_graph.engines.select import backends_from_env
+from mai_graph.deploy.select import backends_from_env
 from mai_graph.graph import create_mai_graph
 from mai_graph.inputs.sources import ImagePolicy
 

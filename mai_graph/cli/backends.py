@@ -1,7 +1,7 @@
 """The model flags every command shares, and the lineup and backends they name.
 
-The flags translate into :func:`mai_graph.engines.select.lineup_spec` and
-:func:`~mai_graph.engines.select.build_lineup` (the plain-argument functions the library,
+The flags translate into :func:`mai_graph.deploy.select.lineup_spec` and
+:func:`~mai_graph.deploy.select.build_lineup` (the plain-argument functions the library,
 LangGraph Studio and the endpoint use). API keys come from the environment, never from flags
 (which other users of the machine can read).
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mai_graph.backends.base import Side
-from mai_graph.engines.select import BACKENDS, api_keys_from_env, build_lineup, lineup_spec
-from mai_graph.engines.spec import LineupSpec
+from mai_graph.deploy.select import BACKENDS, api_keys_from_env, build_lineup, lineup_spec
+from mai_graph.deploy.spec import LineupSpec
 
 __all__ = ["add_backend_flags", "backends_from_args", "lineup_from_args"]
 
@@ -135,12 +135,12 @@ def add_backend_flags(
 
 
 def lineup_from_args(args: argparse.Namespace) -> LineupSpec:
-    """The :class:`~mai_graph.engines.spec.LineupSpec` the flags declare.
+    """The :class:`~mai_graph.deploy.spec.LineupSpec` the flags declare.
 
     ``--lineup FILE`` first (else the file ``$MAI_GRAPH_LINEUP`` names, as Studio reads it),
     the other flags of :func:`add_backend_flags` over it.
     """
-    from mai_graph.engines.spec import engine_options_from_items, load_lineup
+    from mai_graph.deploy.spec import engine_options_from_items, load_lineup
 
     if getattr(args, "lineup", None):
         base = load_lineup(args.lineup)
@@ -179,7 +179,7 @@ def backends_from_args(args: argparse.Namespace, *, context: Any = None) -> tupl
     With ``--drafter`` the small side is a list of drafters (``--small`` first); with
     ``--larger`` the large side is a chain (``--large`` first): what
     :func:`~mai_graph.graph.create_mai_graph` and :func:`~mai_graph.api.arun` take. The memory
-    plan runs first (see :func:`~mai_graph.engines.select.build_lineup`) unless ``--no-plan``;
+    plan runs first (see :func:`~mai_graph.deploy.select.build_lineup`) unless ``--no-plan``;
     ``context`` (the run settings) sizes its workload.
     """
     return build_lineup(

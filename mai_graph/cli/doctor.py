@@ -82,7 +82,7 @@ def _refuse_fake(lineup: Any) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from mai_graph.engines.plan import (
+    from mai_graph.deploy.plan import (
         Workload,
         capped_devices,
         host_device,

@@ -390,7 +390,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 def _add_backend_flags(p: argparse.ArgumentParser) -> None:
     from mai_graph.cli.backends import add_backend_flags
-    from mai_graph.engines.select import BACKENDS
+    from mai_graph.deploy.select import BACKENDS
 
     add_backend_flags(
         p,

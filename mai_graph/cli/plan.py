@@ -37,7 +37,7 @@ _DESCRIPTION = textwrap.dedent(
 def _cmd_plan(args: argparse.Namespace) -> int:
     from mai_graph.cli import context_from_args
     from mai_graph.cli.backends import lineup_from_args
-    from mai_graph.engines.plan import (
+    from mai_graph.deploy.plan import (
         Device,
         Workload,
         host_device,

@@ -150,7 +150,7 @@ def trained_backends(
     Raises:
         ConfigError: A file of the pair is missing or changed.
     """
-    from mai_graph.engines.select import backends_for
+    from mai_graph.deploy.select import backends_for
 
     if kind not in ("vllm", "transformers"):
         raise ConfigError(

@@ -71,7 +71,7 @@ def evaluate_pair(
     the records stay under ``work``.
     """
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
-    from mai_graph.engines.select import backends_for
+    from mai_graph.deploy.select import backends_for
     from mai_graph.eval import build_report, load_dataset, make_synthetic, read_records
     from mai_graph.eval.circular import circular_variants
     from mai_graph.eval.runner import POLICIES, arun_eval

@@ -926,7 +926,7 @@ def measure_speed(
     from mai_graph.backends.base import GenerationRequest
     from mai_graph.backends.lifecycle import shutdown_backends
     from mai_graph.calls import Question, cot_request
-    from mai_graph.engines.select import backends_for
+    from mai_graph.deploy.select import backends_for
     from mai_graph.inputs.sources import image_ref
     from mai_graph.pair.task import CONTEXT
 

@@ -229,7 +229,7 @@ def _qwen_processor(tokenizer: Any) -> Any:
     """A processor with Qwen3-VL's own settings.
 
     From its preprocessor_config.json and video_preprocessor_config.json
-    (mai_graph/engines/configs/qwen3_vl/SOURCES.md): patch 16, merge 2, images of 65,536 to
+    (mai_graph/deploy/configs/qwen3_vl/SOURCES.md): patch 16, merge 2, images of 65,536 to
     16,777,216 pixels, videos sharing a 25,165,824-pixel budget.
     """
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
@@ -297,7 +297,7 @@ def count_parameters(path: str | os.PathLike[str]) -> int:
     """Parameters of a saved tiny model (read from its safetensors header, no weights loaded)."""
     import math
 
-    from mai_graph.engines.shape import safetensors_header
+    from mai_graph.deploy.shape import safetensors_header
 
     total = 0
     for file in Path(path).glob("*.safetensors"):
@@ -418,7 +418,7 @@ def tiny_backends(
     ``kind`` is ``vllm`` or ``transformers``. Nothing is started: use :func:`start_backends`
     (or let the first request start them).
     """
-    from mai_graph.engines.select import backends_for
+    from mai_graph.deploy.select import backends_for
 
     if kind not in ("vllm", "transformers"):
         raise ConfigError(

@@ -16,7 +16,7 @@ from mai_graph.cli import EXIT_USAGE, main
 
 pytest.importorskip("vllm")
 
-DATA = Path(__file__).parents[2] / "mai_graph" / "engines" / "configs" / "qwen3_vl"
+DATA = Path(__file__).parents[2] / "mai_graph" / "deploy" / "configs" / "qwen3_vl"
 S, L, D, XL = (str(DATA / s) for s in ("2B", "8B", "4B", "32B"))
 
 ENGINE_FLAGS = [
@@ -132,7 +132,7 @@ def test_profile_passes_both_models_options(capture):
 
 
 def test_the_environment_passes_every_models_options():
-    from mai_graph.engines.select import backends_from_env
+    from mai_graph.deploy.select import backends_from_env
 
     env = {
         "MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": S, "MAI_GRAPH_LARGE": L,
@@ -160,7 +160,7 @@ def test_a_lineup_file_reaches_every_door(capture, tmp_path, image):
     with pytest.raises(Captured) as got:
         main(["run", "Is it red?", "--image", image, "--lineup", str(path), "--no-plan"])
     check_options(engine_args(got.value.backends))
-    from mai_graph.engines.select import backends_from_env
+    from mai_graph.deploy.select import backends_from_env
 
     small, large = backends_from_env({"MAI_GRAPH_LINEUP": str(path), "MAI_GRAPH_PLAN": "off"})
     check_options(engine_args(flat(small, large)))
@@ -178,8 +178,8 @@ def test_an_engine_option_typo_fails_before_any_engine(capture, image, capsys):
 @pytest.fixture
 def gpu(monkeypatch):
     """A fake GPU of the given size (the device probe replaced)."""
-    from mai_graph.engines import plan
-    from mai_graph.engines.plan import Device, parse_size
+    from mai_graph.deploy import plan
+    from mai_graph.deploy.plan import Device, parse_size
 
     def set_card(size):
         b = parse_size(size)
@@ -224,7 +224,7 @@ def test_on_a_small_gpu_every_door_refuses_before_any_engine(capture, gpu, image
         err = capsys.readouterr().err
         assert "does not fit" in err and "weights alone" in err and "second GPU" in err
     from mai_graph import ConfigError
-    from mai_graph.engines.select import backends_from_env
+    from mai_graph.deploy.select import backends_from_env
 
     env = {"MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": S, "MAI_GRAPH_LARGE": L}
     with pytest.raises(ConfigError, match="does not fit"):

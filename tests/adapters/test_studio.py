@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mai_graph import ConfigError
-from mai_graph.engines.select import backends_from_env
+from mai_graph.deploy.select import backends_from_env
 from tests.servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from mai_graph.backends.base import (
 from mai_graph.backends.lifecycle import shutdown_backends, start_backends
 from mai_graph.backends.recording import RecordingBackend
 from mai_graph.backends.steered import SteeredBackend
-from mai_graph.engines.select import BACKENDS
+from mai_graph.deploy.select import BACKENDS
 from mai_graph.nodes.sparsify import same_tokenizer
 
 

@@ -20,7 +20,7 @@ from mai_graph import (
 )
 from mai_graph.calls import Question, affinity_key
 from mai_graph.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
-from mai_graph.engines.select import (
+from mai_graph.deploy.select import (
     api_keys_from_env,
     backend_for,
     backends_for,

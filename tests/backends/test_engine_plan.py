@@ -1,4 +1,4 @@
-"""The memory plan on the real Qwen3-VL configs (mai_graph/engines/configs/qwen3_vl).
+"""The memory plan on the real Qwen3-VL configs (mai_graph/deploy/configs/qwen3_vl).
 
 KV bytes per token are checked against vLLM's own computation (its ModelConfig reads the same
 config.json; its FullAttentionSpec prices a page), parameter counts against transformers
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mai_graph import ConfigError, LineupSpec, ModelSpec, PlanError
-from mai_graph.engines import Device, Workload, parse_size, plan_for_start, plan_memory, read_shape
+from mai_graph.deploy import Device, Workload, parse_size, plan_for_start, plan_memory, read_shape
 
-DATA = Path(__file__).parents[2] / "mai_graph" / "engines" / "configs" / "qwen3_vl"
+DATA = Path(__file__).parents[2] / "mai_graph" / "deploy" / "configs" / "qwen3_vl"
 SIZES = ("2B", "4B", "8B", "32B")
 CARDS = ("16GB", "24GB", "40GB", "80GB", "141GB")
 PAIRS = (("2B", "8B"), ("4B", "8B"), ("2B", "4B"), ("8B", "32B"), ("2B", "32B"))
@@ -179,7 +179,7 @@ def test_2b_8b_on_24gb_fits_only_with_the_limits_the_plan_prints():
 @pytest.mark.parametrize("size", ["24GB", "40GB"])
 def test_every_listed_fix_makes_the_plan_fit(size):
     """The fixes are tried, not guessed: each 'then N runs' fix re-planned fits."""
-    from mai_graph.engines import plan as planning
+    from mai_graph.deploy import plan as planning
 
     lineup = pair("2B", "8B") if size == "24GB" else pair("8B", "32B")
     plan = plan_memory(lineup, card(size))
@@ -285,7 +285,7 @@ def test_plan_for_start_applies_on_a_gpu_and_refuses_before_any_engine(monkeypat
 
 
 def test_the_cpu_plan_checks_the_kv_cache():
-    from mai_graph.engines.plan import host_device
+    from mai_graph.deploy.plan import host_device
     from mai_graph.pair import trained_pair_paths
 
     small, large = (str(p) for p in trained_pair_paths())

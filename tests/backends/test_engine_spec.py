@@ -5,8 +5,8 @@ import json
 import pytest
 
 from mai_graph import ConfigError, LineupSpec, ModelSpec, load_lineup
-from mai_graph.engines.select import backends_from_env, lineup_spec
-from mai_graph.engines.spec import engine_options_from_items, engine_options_from_json
+from mai_graph.deploy.select import backends_from_env, lineup_spec
+from mai_graph.deploy.spec import engine_options_from_items, engine_options_from_json
 
 pytest.importorskip("vllm")
 

@@ -23,10 +23,10 @@ from mai_graph import ConfigError  # noqa: E402
 from mai_graph.backends.vllm import VLLMBackend, startup  # noqa: E402
 from mai_graph.backends.vllm import backend as vllm_backend  # noqa: E402
 from mai_graph.backends.vllm import engine as vllm_engine  # noqa: E402
-from mai_graph.engines import Device, plan_for_start, plan_memory  # noqa: E402
-from mai_graph.engines import plan as plan_module  # noqa: E402
-from mai_graph.engines.select import backend_for, backends_for  # noqa: E402
-from mai_graph.engines.spec import LineupSpec, ModelSpec  # noqa: E402
+from mai_graph.deploy import Device, plan_for_start, plan_memory  # noqa: E402
+from mai_graph.deploy import plan as plan_module  # noqa: E402
+from mai_graph.deploy.select import backend_for, backends_for  # noqa: E402
+from mai_graph.deploy.spec import LineupSpec, ModelSpec  # noqa: E402
 
 GiB = 1 << 30
 SMALL, LARGE = "Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"
@@ -122,7 +122,7 @@ def test_every_helper_gives_each_engine_an_explicit_share_that_leaves_room(gpu, 
 
         pair = tiny_backends("vllm", tmp_path)
     else:
-        from mai_graph.engines.select import lineup_for
+        from mai_graph.deploy.select import lineup_for
 
         pair = lineup_for("vllm", SMALL, LARGE, drafters=["Qwen/Qwen3-VL-4B-Instruct"])
     total = card()[0].total_bytes
@@ -332,7 +332,7 @@ def test_the_plan_table_names_each_engines_memory_mode():
 
 
 def test_a_lineups_options_are_checked_once(gpu, monkeypatch):
-    from mai_graph.engines import spec as spec_module
+    from mai_graph.deploy import spec as spec_module
 
     calls = []
     real = spec_module._check_vllm_options

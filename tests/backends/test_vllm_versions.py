@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mai_graph.backends.vllm import compat
-from mai_graph.engines import plan as plan_module
-from mai_graph.engines.spec import VLLM_COMMON, VLLM_OWN_OPTIONS
+from mai_graph.deploy import plan as plan_module
+from mai_graph.deploy.spec import VLLM_COMMON, VLLM_OWN_OPTIONS
 
 ROOT = Path(__file__).parents[2]
 EXTRACTS = sorted((ROOT / "tests" / "data" / "vllm_api").glob("*.json"))

@@ -29,7 +29,7 @@ from mai_graph.cli import EXIT_USAGE, main
 from mai_graph.errors import ConfigError
 from mai_graph.files import MAX_READ_BYTES
 
-CONFIGS = Path(__file__).parents[2] / "mai_graph" / "engines" / "configs" / "qwen3_vl"
+CONFIGS = Path(__file__).parents[2] / "mai_graph" / "deploy" / "configs" / "qwen3_vl"
 DIGITS = "1" * 5_000
 DEEP = "[" * 50_000 + "]" * 50_000
 
@@ -55,10 +55,10 @@ def call(door, path):
         from mai_graph.context import load_settings
         load_settings(path)
     elif door == "load_lineup":
-        from mai_graph.engines.spec import load_lineup
+        from mai_graph.deploy.spec import load_lineup
         load_lineup(path)
     elif door == "MAI_GRAPH_LINEUP":
-        from mai_graph.engines.select import backends_from_env
+        from mai_graph.deploy.select import backends_from_env
         backends_from_env({"MAI_GRAPH_LINEUP": path})
     elif door == "api_keys_from":
         from mai_graph.adapters.endpoint.server import api_keys_from
@@ -73,7 +73,7 @@ def call(door, path):
         from mai_graph.eval.datasets import load_dataset
         load_dataset(path)
     elif door == "read_shape":
-        from mai_graph.engines import read_shape
+        from mai_graph.deploy import read_shape
         read_shape(path)
 
 for case in json.loads(sys.argv[1]):
@@ -207,7 +207,7 @@ def test_a_safetensors_header_length_past_the_file_is_refused(tmp_path):
     folder = tmp_path / "m"
     shutil.copytree(CONFIGS / "2B", folder)
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2**63) + b"{}")
-    from mai_graph.engines import read_shape
+    from mai_graph.deploy import read_shape
 
     with pytest.raises(ConfigError, match="header length 9,223,372,036,854,775,808 is past"):
         read_shape(str(folder))
@@ -273,7 +273,7 @@ def test_lineup_files_with_numbers_no_door_can_use(tmp_path, capsys, suffix, con
     ],
 )
 def test_engine_variables_with_numbers_no_door_can_use(env, needle):
-    from mai_graph.engines.select import backends_from_env
+    from mai_graph.deploy.select import backends_from_env
 
     base = {"MAI_GRAPH_BACKEND": "vllm", "MAI_GRAPH_SMALL": "s", "MAI_GRAPH_LARGE": "l",
             "MAI_GRAPH_PLAN": "off"}  # fmt: skip
@@ -336,7 +336,7 @@ def test_model_folders_with_numbers_no_plan_can_use(tmp_path, capsys, text, head
     "raw", [float("inf"), float("nan"), 1e300, "9" * 400 + "GB", "1" + "0" * 400]
 )
 def test_sizes_with_hundreds_of_digits(raw):
-    from mai_graph.engines import parse_size
+    from mai_graph.deploy import parse_size
 
     with pytest.raises(ConfigError, match="--gpu-memory must be a"):
         parse_size(raw)
@@ -345,9 +345,9 @@ def test_sizes_with_hundreds_of_digits(raw):
 def test_engine_options_out_of_range_through_the_python_api(monkeypatch):
     from mai_graph.backends.transformers import TransformersBackend
     from mai_graph.backends.vllm import VLLMBackend
-    from mai_graph.engines import Workload, plan_memory
-    from mai_graph.engines.plan import host_device
-    from mai_graph.engines.spec import LineupSpec, ModelSpec
+    from mai_graph.deploy import Workload, plan_memory
+    from mai_graph.deploy.plan import host_device
+    from mai_graph.deploy.spec import LineupSpec, ModelSpec
 
     with pytest.raises(ConfigError, match="threads must be an integer from 1 to"):
         TransformersBackend("x", threads=1_000_000)

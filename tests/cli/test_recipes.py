@@ -1,7 +1,7 @@
 """The GPU recipes in the docs, run as dry runs: every `mai-graph plan` command they show.
 
 The lineup files name hub ids; a Hugging Face cache folder is laid out with the real Qwen3-VL
-configs (mai_graph/engines/configs/qwen3_vl, sources in SOURCES.md) so the plan reads them as
+configs (mai_graph/deploy/configs/qwen3_vl, sources in SOURCES.md) so the plan reads them as
 it would on a machine that downloaded the checkpoints.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from mai_graph.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "mai_graph" / "engines" / "configs" / "qwen3_vl"
+DATA = ROOT / "mai_graph" / "deploy" / "configs" / "qwen3_vl"
 DOCS = [ROOT / "README.md", ROOT / "docs" / "engines.md", ROOT / "docs" / "deployment.md"]
 LINEUPS = sorted((ROOT / "examples" / "lineups").glob("*.toml"))
 

@@ -83,8 +83,8 @@ def test_chain_and_drafters_decide_roles_from_one_place():
 
 
 def test_the_memory_plan_takes_its_roles_from_the_flow():
-    from mai_graph.engines.plan import _roles
-    from mai_graph.engines.spec import LineupSpec
+    from mai_graph.deploy.plan import _roles
+    from mai_graph.deploy.spec import LineupSpec
 
     spec = LineupSpec.model_validate(
         {
@@ -140,7 +140,7 @@ def test_replay_refuses_drafter_and_chain_records_by_name():
 
 def test_the_plan_and_the_latency_model_read_one_token_accounting():
     from mai_graph import workload
-    from mai_graph.engines import plan
+    from mai_graph.deploy import plan
     from mai_graph.latency import model
 
     assert plan.Workload is model.Workload is workload.Workload

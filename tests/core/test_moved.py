@@ -60,3 +60,21 @@ def test_a_moved_name_is_the_same_object():
     from mai_graph.cli.backends import lineup_from_args as home
 
     assert lineup_from_args is home
+
+
+def test_a_moved_package_and_its_modules_are_the_new_ones():
+    """engines/ became deploy/: the old package and each of its modules are the same objects."""
+    out = _fresh(
+        "import sys, mai_graph\n"
+        "import mai_graph.engines.spec as old_spec, mai_graph.deploy.spec as spec\n"
+        "from mai_graph.engines import LineupSpec, build_lineup\n"
+        "from mai_graph.engines.plan import plan_memory\n"
+        "import mai_graph.deploy as deploy, mai_graph.deploy.plan as plan\n"
+        "assert old_spec is spec and LineupSpec is spec.LineupSpec\n"
+        "assert build_lineup is deploy.build_lineup and plan_memory is plan.plan_memory\n"
+        "assert spec.__spec__.name == 'mai_graph.deploy.spec'\n"
+        "copies = [m for m in sys.modules.values() if getattr(m, '__file__', None)\n"
+        "          and m.__file__.endswith(('deploy/spec.py', 'deploy/plan.py'))]\n"
+        "print(len({id(m) for m in copies}))"
+    )
+    assert out == "2"

@@ -127,7 +127,7 @@ async def test_affinity_keeps_each_runs_calls_on_one_replica_and_its_cache(clust
 
 
 async def test_small_in_process_large_remote(cluster, tiny_pair, scene):
-    from mai_graph.engines.select import backends_for
+    from mai_graph.deploy.select import backends_for
 
     small, large = backends_for(
         "transformers", str(tiny_pair[0]), "tiny-large", urls=(None, cluster["large"].url)
@@ -146,7 +146,7 @@ async def test_small_in_process_large_remote(cluster, tiny_pair, scene):
 
 
 async def test_both_remote_from_environment_settings(cluster, scene):
-    from mai_graph.engines.select import backends_from_env
+    from mai_graph.deploy.select import backends_from_env
 
     env = {
         "MAI_GRAPH_SMALL_URL": cluster["router"].url,

@@ -258,7 +258,7 @@ def test_doc_commands_run_as_written(where, hub, tmp_path, monkeypatch, capsys):
 
 def test_the_readme_dry_run_plans_on_a_fresh_machine(tmp_path, monkeypatch, capsys):
     """No checkpoint config in the Hugging Face cache and offline: the README's `mai-graph
-    plan` reads the Qwen3-VL configs shipped with mai-graph (engines/shape.py: bundled_config)."""
+    plan` reads the Qwen3-VL configs shipped with mai-graph (deploy/shape.py: bundled_config)."""
     [line] = [c for b in blocks(ROOT / "README.md") for c in b.lines
               if c.startswith("mai-graph plan --lineup examples/lineups/one-gpu.toml")]  # fmt: skip
     import huggingface_hub.constants  # noqa: F401  (as in `hub`: read its default cache first)

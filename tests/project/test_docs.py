@@ -39,7 +39,7 @@ def _script(name: str):
 
 def test_generated_blocks_match_the_code_and_cover_every_setting_and_backend():
     from mai_graph import MAIContext
-    from mai_graph.engines.select import BACKENDS
+    from mai_graph.deploy.select import BACKENDS
 
     gen_docs = _script("gen_docs")
     stale = gen_docs.check()

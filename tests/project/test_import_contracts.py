@@ -44,7 +44,7 @@ def test_the_repository_keeps_its_contracts():
         # the flow's pure decisions reaching up into the graph's nodes
         ("mai_graph/flow.py", "import mai_graph.nodes.verify", "The core in layers"),
         # a node building backends from deployment specs (the doors do that)
-        ("nodes/prepare.py", "import mai_graph.engines.plan", "deployment spec"),
+        ("nodes/prepare.py", "import mai_graph.deploy.plan", "deployment spec"),
         # a backend importing the owner object
         ("mai_graph/backends/wrapper.py", "import mai_graph.api", "The core in layers"),
     ],

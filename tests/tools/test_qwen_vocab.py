@@ -4,7 +4,7 @@ Ground truths: tiktoken itself over the shipped ranks (the package's own encodin
 published for Qwen2 / Qwen3 tokenizers, the added tokens of Qwen3-VL-4B-Instruct's
 tokenizer_config.json, and renders of Qwen3-VL-4B-Instruct's own chat_template.json
 (tests/data/qwen3_vl/template_renders.json; sources in
-mai_graph/engines/configs/qwen3_vl/SOURCES.md).
+mai_graph/deploy/configs/qwen3_vl/SOURCES.md).
 """
 
 import json
@@ -185,7 +185,7 @@ def test_the_real_vocabulary_pair(qwen_pair):
         assert processor.image_processor.merge_size == 2
         assert processor.tokenizer.encode("Hello world") == [9707, 1879]
         assert processor.chat_template == INSTRUCT_TEMPLATE
-    from mai_graph.engines import read_shape
+    from mai_graph.deploy import read_shape
 
     assert read_shape(str(small)).image_tokens() == 16_386  # the real processor's cap
 

@@ -7,7 +7,7 @@ use the same engines. Prompts go in as token ids rendered with the model's chat 
 image goes as multimodal data with its pixel hash as the multimodal uuid, so the engine's
 processor and prefix caches key on content.
 
-Two engines on one GPU: build them together (:func:`~mai_graph.engines.build_lineup`,
+Two engines on one GPU: build them together (:func:`~mai_graph.deploy.build_lineup`,
 ``backends_for``): the memory plan gives each a share and a KV pool, and they start in order
 before the first request (:mod:`~mai_graph.backends.vllm.startup` says why). Engines built one
 by one need a ``gpu_memory_utilization`` each; a second engine without one is refused. On CPU
@@ -82,7 +82,7 @@ class VLLMBackend:
         gpu_memory_utilization: Share of GPU memory for this engine (on CPU: share of RAM
             vLLM may plan with). Default 0.05 on CPU; on a GPU 0.9 when the engine runs alone,
             and a second engine without a share is refused (build engines together with
-            :func:`~mai_graph.engines.build_lineup` and the memory plan gives each its share).
+            :func:`~mai_graph.deploy.build_lineup` and the memory plan gives each its share).
         kv_cache_gib: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``), on CPU and GPU;
             on the CPU default ``VLLM_CPU_KVCACHE_SPACE`` or 1.
         max_model_len: Context length to reserve for (default 4096).

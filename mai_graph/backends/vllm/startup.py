@@ -121,7 +121,7 @@ def check_share(backend: Any, share: float | None, on_cpu: bool) -> float | None
                 parameter="gpu_memory_utilization",
                 value=share,
                 fix="build the engines together so the memory plan gives each its share "
-                "(mai_graph.engines.build_lineup / backends_for / lineup_for), or pass "
+                "(mai_graph.deploy.build_lineup / backends_for / lineup_for), or pass "
                 "gpu_memory_utilization to every VLLMBackend (`mai-graph plan` shows values)",
             )
         backend._unplanned_share = alone
@@ -215,7 +215,7 @@ def wait_for_memory(
 class EngineGroup:
     """The in-process engines of one lineup: on a GPU all start, in order, before any serves.
 
-    :func:`~mai_graph.engines.build.build_lineup` puts every ``VLLMBackend`` it builds in one
+    :func:`~mai_graph.deploy.build.build_lineup` puts every ``VLLMBackend`` it builds in one
     group. The first request to any member (or its ``start()``) starts every member that is
     not running, one after the other, in the lineup's order; so no engine serves while another
     profiles memory. On the CPU (``ordered=None`` resolves to "on a GPU") engines keep

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from mai_graph.backends.base import Side, VLMBackend
-from mai_graph.engines.build import build_lineup as build_lineup  # the one way to build
-from mai_graph.engines.spec import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
-from mai_graph.engines.spec import DEFAULT_URLS as SPEC_URLS
-from mai_graph.engines.spec import LineupSpec
+from mai_graph.deploy.build import build_lineup as build_lineup  # the one way to build
+from mai_graph.deploy.spec import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
+from mai_graph.deploy.spec import DEFAULT_URLS as SPEC_URLS
+from mai_graph.deploy.spec import LineupSpec
 from mai_graph.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def backend_for(
     engine: Mapping[str, Any] | None = None,
     plan: bool = True,
 ) -> VLMBackend:
-    """One model's backend (a one-line :class:`~mai_graph.engines.spec.ModelSpec`).
+    """One model's backend (a one-line :class:`~mai_graph.deploy.spec.ModelSpec`).
 
     An in-process vLLM model is planned as the only engine of its card (on a GPU: its share
     and context); a second engine then cannot start beside it. Build engines that share a
@@ -96,7 +96,7 @@ def backend_for(
         >>> backend_for("vllm", "Qwen/Qwen3-VL-2B-Instruct").name
         'Qwen/Qwen3-VL-2B-Instruct'
     """
-    from mai_graph.engines.spec import ModelSpec
+    from mai_graph.deploy.spec import ModelSpec
 
     _check_kind(kind, "backend")
     if kind == "fake":
@@ -109,8 +109,8 @@ def backend_for(
     spec = ModelSpec(model=model, backend=kind, url=url, engine=dict(engine or {}))  # type: ignore[arg-type]
     alone = False
     if kind == "vllm" and plan:
-        from mai_graph.engines.plan import plan_for_start
-        from mai_graph.engines.spec import LineupSpec
+        from mai_graph.deploy.plan import plan_for_start
+        from mai_graph.deploy.spec import LineupSpec
 
         given = "gpu_memory_utilization" in spec.engine
         planned = plan_for_start(LineupSpec(backend="vllm", small=spec.checked("vllm", role)))
@@ -141,7 +141,7 @@ def lineup_spec(
     names: tuple[str, str] = ("--drafter", "--larger"),
     where: str = "--small/--large",
 ) -> LineupSpec:
-    """The :class:`~mai_graph.engines.spec.LineupSpec` that flags or variables declare.
+    """The :class:`~mai_graph.deploy.spec.LineupSpec` that flags or variables declare.
 
     ``base`` (a lineup file's spec) is the starting point, and every argument given here
     overrides it: ``kind`` (``None``: the file's), a model named here replaces the file's model
@@ -155,7 +155,7 @@ def lineup_spec(
         ConfigError: Unknown kinds, a model missing for a real backend, added models on the
             fake pair, unknown engine options.
     """
-    from mai_graph.engines.spec import (
+    from mai_graph.deploy.spec import (
         LineupSpec,
         ModelSpec,
         check_retries,
@@ -291,17 +291,17 @@ def _list(env: Mapping[str, str], name: str) -> list[str]:
 
 
 def _env_engine(env: Mapping[str, str], name: str) -> dict[str, Any]:
-    from mai_graph.engines.spec import engine_options_from_json
+    from mai_graph.deploy.spec import engine_options_from_json
 
     return engine_options_from_json(env.get(name), name)
 
 
 def lineup_from_env(env: Mapping[str, str] | None = None) -> LineupSpec:
-    """The :class:`~mai_graph.engines.spec.LineupSpec` the environment declares.
+    """The :class:`~mai_graph.deploy.spec.LineupSpec` the environment declares.
 
     See :func:`backends_from_env` for the variables.
     """
-    from mai_graph.engines.spec import load_lineup
+    from mai_graph.deploy.spec import load_lineup
 
     env = os.environ if env is None else env
     path = env.get("MAI_GRAPH_LINEUP") or None
@@ -348,7 +348,7 @@ def backends_from_env(
 ) -> tuple[Side, Side]:
     """Backends named by environment variables (Studio, ``langgraph dev``, examples).
 
-    - ``MAI_GRAPH_LINEUP``: a lineup file (TOML or JSON, see :mod:`mai_graph.engines.spec`);
+    - ``MAI_GRAPH_LINEUP``: a lineup file (TOML or JSON, see :mod:`mai_graph.deploy.spec`);
       the variables below override it.
     - ``MAI_GRAPH_BACKEND``: the kind of both models (default ``fake``, or the file's);
       ``MAI_GRAPH_SMALL_BACKEND`` / ``MAI_GRAPH_LARGE_BACKEND`` override it per model.

@@ -2,7 +2,7 @@
 
 :func:`read_shape` reads a model's ``config.json`` (and ``preprocessor_config.json``, and the
 safetensors index or headers where present) from a local folder or the Hugging Face cache; it
-never downloads. The numbers feed the memory plan (:mod:`mai_graph.engines.plan`):
+never downloads. The numbers feed the memory plan (:mod:`mai_graph.deploy.plan`):
 
 - weight bytes: the safetensors index's ``total_size``, else the sum over the safetensors
   headers, else a parameter count from the config (exact for Qwen3-VL and Qwen3 text models,

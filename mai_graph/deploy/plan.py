@@ -6,7 +6,7 @@ and vLLM refuses to start an engine whose share is not free when it starts (vLLM
 ``vllm/v1/worker/utils.py::request_memory``: ``free >= total x share``). So the shares must sum
 below what is free, and each engine's KV pool must hold at least one sequence of its
 ``max_model_len``. :func:`plan_memory` works this out from the models' local configs
-(:mod:`mai_graph.engines.shape`) and the workload of a MAI run, before any engine starts:
+(:mod:`mai_graph.deploy.shape`) and the workload of a MAI run, before any engine starts:
 
 1. the context each model needs per run (:class:`Workload`): image tokens at the processor's
    pixel cap x images per question, the question, the CoT budget, the S2 turn, the transferred
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mai_graph import flow
-from mai_graph.engines.shape import ModelShape, read_shape
-from mai_graph.engines.spec import LineupSpec, ModelSpec
+from mai_graph.deploy.shape import ModelShape, read_shape
+from mai_graph.deploy.spec import LineupSpec, ModelSpec
 from mai_graph.errors import ConfigError, check_int, shown
 from mai_graph.jsonin import MAX_BYTES, parse_gib
 from mai_graph.workload import Workload
@@ -976,7 +976,7 @@ def plan_for_start(
         devices = capped_devices(probe_devices(), gpu_memory)
     workload = Workload.from_context(context)
     if not devices:  # vLLM's CPU build (or no GPU at all): check what can be read here
-        from mai_graph.engines.shape import find_model_dir
+        from mai_graph.deploy.shape import find_model_dir
 
         # Checkpoints on this machine only (a shipped config plans GPUs, not this CPU run).
         if any(find_model_dir(spec.model, bundled=False) is None for _, spec in members):
@@ -986,7 +986,7 @@ def plan_for_start(
             raise plan.error()
         return lineup
     if all("gpu_memory_utilization" in spec.engine for _, spec in members):
-        from mai_graph.engines.shape import find_model_dir
+        from mai_graph.deploy.shape import find_model_dir
 
         if any(find_model_dir(spec.model) is None for _, spec in members):
             return lineup  # nothing to choose, nothing to read: vLLM checks at start

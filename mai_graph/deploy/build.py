@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from mai_graph.backends.base import Side
-from mai_graph.engines.plan import plan_for_start
-from mai_graph.engines.spec import LineupSpec
+from mai_graph.deploy.plan import plan_for_start
+from mai_graph.deploy.spec import LineupSpec
 
 __all__ = ["build_lineup"]
 
@@ -23,7 +23,7 @@ def build_lineup(
     """The backends of ``lineup`` (nothing starts), planned first.
 
     With ``plan`` (the default) and in-process vLLM models, the memory plan runs first
-    (:func:`~mai_graph.engines.plan.plan_for_start`): on a GPU it fills each engine's unset
+    (:func:`~mai_graph.deploy.plan.plan_for_start`): on a GPU it fills each engine's unset
     ``gpu_memory_utilization`` and ``max_model_len``, and a lineup that cannot fit is refused
     here, before any engine starts; on the CPU it checks what it can read.
 

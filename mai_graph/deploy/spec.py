@@ -487,7 +487,7 @@ class LineupSpec(BaseModel):
     ) -> tuple[Side, Side]:
         """The backends exactly as declared (nothing starts; no memory plan).
 
-        :func:`~mai_graph.engines.build.build_lineup` plans the card first; the doors use it.
+        :func:`~mai_graph.deploy.build.build_lineup` plans the card first; the doors use it.
 
         Args:
             where: How errors name the small / large models.
