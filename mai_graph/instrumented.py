@@ -13,7 +13,6 @@ import contextlib
 import math
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
@@ -23,7 +22,6 @@ from mai_graph.backends.base import (
     Capabilities,
     Generation,
     GenerationRequest,
-    StreamingBackend,
     TextCallback,
     VLMBackend,
     capabilities_of,
@@ -91,28 +89,13 @@ class InstrumentedBackend(WrapperBackend):
         """The inner backend's capabilities, read when the graph was built."""
         return self._capabilities
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        """Serve ``request``, reported."""
-        return await self._reported(request, None)
-
-    async def generate_stream(
-        self, request: GenerationRequest, on_text: TextCallback
-    ) -> Generation:
-        """Serve ``request`` streamed (when the inner backend streams), reported."""
-        return await self._reported(request, on_text if self.capabilities.stream else None)
-
-    async def _reported(
-        self, request: GenerationRequest, on_text: TextCallback | None
-    ) -> Generation:
+    async def serve(self, request: GenerationRequest, on_text: TextCallback | None) -> Generation:
+        """Serve ``request`` (streamed when ``on_text`` is given), reported."""
         node, role = _CALL.get()
         run = await llm_runs.start_call(node_config(), self.inner, request, node, role)
         with tracing.call_span(self.inner, request, node, role) as span:
             try:
-                if on_text is None:
-                    gen = await self.inner.generate(request)
-                else:
-                    inner = cast(StreamingBackend, self.inner)
-                    gen = await inner.generate_stream(request, on_text)
+                gen = await super().serve(request, on_text)
             except BaseException as exc:
                 await llm_runs.fail_call(run, exc)
                 raise

@@ -66,18 +66,25 @@ class WrapperBackend:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Serve ``request`` on the inner backend, through the hooks."""
-        request = self.before(request)
-        return self.after(request, await self.inner.generate(request))
+        return await self.serve(request, None)
 
     async def generate_stream(
         self, request: GenerationRequest, on_text: TextCallback
     ) -> Generation:
         """Streaming :meth:`generate`, when this wrapper's capabilities say it streams."""
-        if not self.capabilities.stream:
-            return await self.generate(request)
+        return await self.serve(request, on_text if self.capabilities.stream else None)
+
+    async def serve(self, request: GenerationRequest, on_text: TextCallback | None) -> Generation:
+        """The one path of both calls: the hooks around the inner backend's call.
+
+        Streamed when ``on_text`` is given. A subclass that wraps the whole call overrides it.
+        """
         request = self.before(request)
-        inner = cast(StreamingBackend, self.inner)
-        return self.after(request, await inner.generate_stream(request, on_text))
+        if on_text is None:
+            generation = await self.inner.generate(request)
+        else:
+            generation = await cast(StreamingBackend, self.inner).generate_stream(request, on_text)
+        return self.after(request, generation)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for what the wrapper does not define: the inner backend's members.
