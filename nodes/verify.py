@@ -44,10 +44,10 @@ def decide(
 ) -> Route | None:
     """The gate's verdict: ``agree``, ``large_confident``, or None (reason on)."""
     canon, prob = large
-    return flow.after_verify(
-        quorum_exits(small, canon, prob, ctx),
-        after_disagreement(prob, ctx, pooled_prob) == "large",
-    )
+    agree = quorum_exits(small, canon, prob, ctx)
+    # The large model's own confidence is read only on a disagreement.
+    large_sure = not agree and after_disagreement(prob, ctx, pooled_prob) == "large"
+    return flow.after_verify(agree, large_sure)
 
 
 async def settle(

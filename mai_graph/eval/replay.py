@@ -199,10 +199,9 @@ class Branches:
         """
         vs, vl, ex = self.small, self.large, self.extract
         cl = vl.canonical or ""
-        route = flow.after_verify(
-            exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx),
-            after_disagreement(vl.answer_prob, ctx, self._pooled) == "large",
-        ) or flow.after_extract(
+        agree = exits(vs.canonical or "", cl, vs.answer_prob, vl.answer_prob, ctx)
+        large_sure = not agree and after_disagreement(vl.answer_prob, ctx, self._pooled) == "large"
+        route = flow.after_verify(agree, large_sure) or flow.after_extract(
             "mai",
             ctx.s2_exit,
             ctx.s2_exit and exits(ex.canonical or "", cl, ex.answer_prob, vl.answer_prob, ctx),
