@@ -511,8 +511,8 @@ def register(sub: Any) -> None:
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--size", type=int, default=128, help="image side in pixels")
     syn.add_argument(
-        "--task", default="v1", choices=["v1", "v2", "v3"],
+        "--task", default="v1", choices=["v1", "v2", "v3", "v4"],
         help="v1: the first pair's five templates; v2: compositional questions (the v2 pair's); "
-        "v3: arrows to follow (the v3 pair's)",
+        "v3: arrows to follow (the v3 pair's); v4: arrows followed from a named cell",
     )  # fmt: skip
     syn.set_defaults(func=_cmd_synth)

@@ -42,9 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--task", default="v1", choices=["v1", "v2", "v3"],
+        "--task", default="v1", choices=["v1", "v2", "v3", "v4"],
         help="v1: the first pair's task; v2: compositional questions where reasoning helps; "
-        "v3: arrows to follow, where the large model needs reasoning",
+        "v3: arrows to follow, where the large model needs reasoning; v4: arrows followed "
+        "from a named cell",
     )  # fmt: skip
     p.add_argument("--heldout", type=int, default=1000, help="held-out items to score")
     p.add_argument("--heldout-seed", type=int, default=1000, help="seed of the held-out items")

@@ -44,6 +44,19 @@ for k hops; 1 to 3 other arrows point anywhere. The start colour is unique in th
 ``way`` asks about a colour that is unique too. One lookup answers ``colour_at`` and ``way``;
 ``follow`` takes k + 1 lookups, each depending on the one before.
 
+Task ``v4`` (``TASKS["v4"]``) draws the same pictures and names every arrow by its cell, so
+that no step searches the picture for a colour: each step reads the arrow at a named cell.
+
+==============  ==================================================================  ========
+template        question                                                            kind
+==============  ==================================================================  ========
+``colour_at``   What colour is the arrow at r2c3?                                   text
+``points``      Which of these arrows points up?  (options: four cells with arrows,  choice
+                exactly one pointing that way)
+``reach``       Start at r2c3 and follow 3 arrows. Which cell do you reach?         text
+                (1 to 6 arrows; the answer is a cell name, one of sixteen)
+==============  ==================================================================  ========
+
 Its scenes hold 3 to 9 shapes in 2 to 4 colours; option order never follows the picture's
 layout (no position shortcut). Shapes (circle, square, triangle) sit in the cells of a 4x4
 grid; bar charts have 3 or 4 bars of distinct colours and heights. Templates take turns, so
@@ -92,11 +105,12 @@ TASKS: dict[str, tuple[str, ...]] = {
     "v1": TEMPLATES,
     "v2": ("colour_count", "compare", "difference", "most", "tallest_any"),
     "v3": ("colour_at", "follow", "way"),
+    "v4": ("colour_at", "reach", "points"),
 }
 """The task's templates by task name: ``v1`` (the first trained pair's), ``v2`` (compositional),
-``v3`` (arrows to follow: sequential steps)."""
+``v3`` (arrows to follow: sequential steps), ``v4`` (arrows to follow from a named cell)."""
 DIRECTIONS = ("up", "down", "left", "right")
-"""The ways a ``v3`` arrow points."""
+"""The ways a ``v3`` or ``v4`` arrow points."""
 STEP = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 """Row and column change of one step in each direction."""
 GRID = 4
@@ -174,7 +188,7 @@ def make_synthetic(
         seed: Same seed, same images and questions.
         size: Image side in pixels, :data:`MIN_SIZE` to :data:`MAX_SIZE`.
         templates: Which templates to use, taking turns (default: the task's).
-        task: ``v1``, ``v2`` or ``v3`` (see :data:`TASKS`); ``templates`` may pick among any.
+        task: ``v1`` to ``v4`` (see :data:`TASKS`); ``templates`` may pick among any.
 
     Returns:
         The path of ``data.jsonl``.
@@ -558,6 +572,41 @@ def _way(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]
     return img, row, placed
 
 
+def _points(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    while True:
+        img, placed = _arrow_scene(rng, size, rng.randint(1, 3))
+        way, _, cell = rng.choice(placed)
+        others = [c for w, _, c in placed if w != way]
+        if len(others) >= 3:
+            break
+    cells = [cell, *rng.sample(others, 3)]
+    rng.shuffle(cells)  # the options' order is drawn, never the picture's
+    options = {chr(ord("A") + i): cell_name(c) for i, c in enumerate(cells)}
+    row = {
+        "question": f"Which of these arrows points {way}?",
+        "options": options,
+        "answer": "ABCD"[cells.index(cell)],
+        "kind": "choice",
+    }
+    return img, row, placed
+
+
+REACH_HOPS = (1, 6)
+"""Fewest and most arrows a ``reach`` question follows."""
+
+
+def _reach(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
+    hops = rng.randint(*REACH_HOPS)
+    img, placed = _arrow_scene(rng, size, hops)
+    row = {
+        "question": f"Start at {cell_name(placed[0][2])} and follow {hops} "
+        f"arrow{'' if hops == 1 else 's'}. Which cell do you reach?",
+        "answer": cell_name(placed[hops][2]),
+        "kind": "text",
+    }
+    return img, row, placed
+
+
 def _follow(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     hops = rng.randint(2, 4)
     img, placed = _arrow_scene(rng, size, hops)
@@ -584,4 +633,6 @@ _DRAW = {
     "colour_at": _colour_at,
     "way": _way,
     "follow": _follow,
+    "points": _points,
+    "reach": _reach,
 }

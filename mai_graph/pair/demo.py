@@ -35,7 +35,7 @@ evaluation (the manifest's ``evaluation``) measures accuracy. Earlier demos used
 for the routes they showed (v1 10, v2 11), and the v2 pick did not survive a change of
 backend."""
 
-DEMO_SEEDS = {"v1": DEMO_SEED, "v2": DEMO_SEED, "v3": DEMO_SEED}
+DEMO_SEEDS = {"v1": DEMO_SEED, "v2": DEMO_SEED, "v3": DEMO_SEED, "v4": DEMO_SEED}
 """Demo seed per task (one rule for all)."""
 
 
@@ -87,6 +87,7 @@ _SUBJECT = {
     "v1": "shapes in a grid, bar charts",
     "v2": "shapes in a grid, bar charts",
     "v3": "coloured arrows in a grid, some to follow",
+    "v4": "coloured arrows in a grid, followed from a named cell",
 }
 
 

@@ -56,8 +56,9 @@ class TransferGates:
 TRANSFER_GATES: dict[str, TransferGates] = {
     "v2": TransferGates(),
     "v3": TransferGates(cot_gain=0.08, mai_over_large=0.03),
+    "v4": TransferGates(cot_gain=0.08, mai_over_large=0.03),
 }
-"""The thresholds per task. Task v3 (issue 36) asks more of reasoning: each model's reasoning
+"""The thresholds per task. Tasks v3 and v4 (issue 36) ask more of reasoning: each model's reasoning
 8 points above its short answer, and MAI 3 points above the large model's short answer."""
 
 

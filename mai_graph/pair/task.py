@@ -146,7 +146,8 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
     count: 1 of 8; colour: 1 of 5; exists: 1 of 2; tallest: 1 of 3 or 4 options (mean);
     bars: 1 of 2 (3 or 4). Task v2: colour_count 1 of 10 (0 to 9), compare 1 of 2, difference
     1 of 8 (1 to 8), most and tallest_any 1 of 3 or 4 options. Task v3: colour_at and follow 1
-    of 5 colours, way 1 of 4 options.
+    of 5 colours, way 1 of 4 options. Task v4: colour_at 1 of 5, points 1 of 4 options, reach 1
+    of 16 cells.
 
     >>> round(chance_accuracy(), 4)
     0.3233
@@ -155,7 +156,7 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
     per = {"count": 1 / 8, "colour": 1 / 5, "exists": 1 / 2, "tallest": options, "bars": 1 / 2}
     per |= {"colour_count": 1 / 10, "compare": 1 / 2, "difference": 1 / 8, "most": options}
     per["tallest_any"] = options
-    per |= {"colour_at": 1 / 5, "way": 1 / 4, "follow": 1 / 5}
+    per |= {"colour_at": 1 / 5, "way": 1 / 4, "follow": 1 / 5, "points": 1 / 4, "reach": 1 / 16}
     return sum(per[t] for t in templates) / len(templates)
 
 
@@ -293,14 +294,21 @@ def _bars_seen(
     return f"I see {listed} bars. The tallest is {top}. Answer: {letter}", letter
 
 
-_V3 = ("colour_at", "way", "follow")
+_V3 = ("colour_at", "way", "follow", "points", "reach")
+"""The arrow templates (tasks v3 and v4)."""
 
 
 def _hops(item: SyntheticItem) -> int:
-    """The hops a v3 ``follow`` question asks for (0 for the one-step questions)."""
-    if item.template != "follow":
+    """The hops a ``follow`` or ``reach`` question asks for (0 for the one-step questions)."""
+    if item.template not in ("follow", "reach"):
         return 0
     return int(item.row["question"].split(" follow ")[1].split()[0])
+
+
+def _asked_cell(item: SyntheticItem) -> int:
+    """The cell a v4 question names (``at r2c3``, ``Start at r2c3``)."""
+    words = item.row["question"].rstrip("?").split()
+    return next(c for c in range(16) if cell_name(c) in words)
 
 
 def _walk(scene: Sequence[tuple[Any, ...]], start: int, hops: int) -> list[int] | None:
@@ -329,8 +337,22 @@ def _arrows_seen(
         cell = next(c for c in by_cell if cell_name(c) == words[-1])
         colour = by_cell[cell][1]
         return f"I see {seen}. So {cell_name(cell)} is {colour}. Answer: {colour}", colour
-    colour = words[words.index("the") + 1]
-    start = next(c for c in sorted(by_cell) if by_cell[c][1] == colour)
+    if item.template == "points":  # the first option whose arrow points the asked way
+        way = words[-1]
+        letter, name = next(
+            ((k, c) for k, c in item.row["options"].items()
+             if any(cell_name(x) == c and by_cell[x][0] == way for x in by_cell)),
+            ("", ""),
+        )  # fmt: skip
+        if not letter:
+            raise ValueError(f"no option points {way}")
+        return f"I see {seen}. So {name} points {way}. Answer: {letter}", letter
+    if item.template == "reach":
+        start = _asked_cell(item)
+        colour = by_cell[start][1]
+    else:
+        colour = words[words.index("the") + 1]
+        start = next(c for c in sorted(by_cell) if by_cell[c][1] == colour)
     if item.template == "way":
         way = by_cell[start][0]
         letter = next((k for k, d in item.row["options"].items() if d == way), "")
@@ -342,6 +364,8 @@ def _arrows_seen(
     steps += [f"Next {cell_name(c)} {by_cell[c][1]} {by_cell[c][0]}." for c in cells[1:-1]]
     end = by_cell[cells[-1]][1]
     steps.append(f"Next {cell_name(cells[-1])} {end}.")
+    if item.template == "reach":  # the answer is the cell reached
+        end = cell_name(cells[-1])
     return f"I see {seen}. {' '.join(steps)} Answer: {end}", end
 
 
@@ -353,24 +377,42 @@ def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     """
     scene, hops = list(item.scene), _hops(item)
     start_colour = scene[0][1] if item.template == "follow" else None
+    walks = item.template in ("follow", "reach")
     for _ in range(20):
         kind = rng.random()
-        if item.template == "follow" and kind < 0.25:  # miscounted hops
+        if walks and kind < 0.25:  # miscounted hops
             tries = [h for h in (hops - 1, hops + 1) if h >= 1]
             try:
                 return _arrows_seen(item, scene, rng.choice(tries))
             except ValueError:
                 continue
-        if item.template == "follow":
+        if item.template == "reach":
+            j = rng.randrange(hops)  # a way on the path misread: the walk turns elsewhere
+        elif walks:
             j = rng.randrange(hops + 1)  # a path arrow: its colour or its way misread
+        elif item.template == "points":  # the answer's way misread, another's taken for it
+            way = item.row["question"].rstrip("?").split()[-1]
+            cells = {cell_name(c): i for i, (_, _, c) in enumerate(scene)}
+            right = cells[item.row["options"][item.row["answer"]]]
+            taken = cells[rng.choice([c for k, c in item.row["options"].items()
+                                      if k != item.row["answer"]])]  # fmt: skip
+            wrong = list(scene)
+            w, c, cell = scene[right]
+            wrong[right] = (rng.choice([d for d in DIRECTIONS if d != way]), c, cell)
+            w, c, cell = scene[taken]
+            wrong[taken] = (way, c, cell)
+            try:
+                return _arrows_seen(item, wrong, hops)
+            except ValueError:
+                continue
         else:
             words = item.row["question"].rstrip("?").split()
             j = next(i for i, (w, c, cell) in enumerate(scene)
                      if cell_name(cell) == words[-1] or c in words)  # fmt: skip
         way, colour, cell = scene[j]
         wrong = list(scene)
-        misread_way = item.template == "way" or (
-            item.template == "follow" and j < hops and rng.random() < 0.6
+        misread_way = item.template in ("way", "reach") or (
+            walks and j < hops and rng.random() < 0.6
         )
         if misread_way:
             wrong[j] = (rng.choice([d for d in DIRECTIONS if d != way]), colour, cell)
@@ -384,7 +426,12 @@ def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
         except ValueError:
             continue
     text, answer = _arrows_seen(item, scene, hops)
-    other = rng.choice([c for c in COLOURS if c not in (answer, start_colour)])
+    if item.template == "reach":
+        other = rng.choice([cell_name(c) for _, _, c in scene if cell_name(c) != answer])
+    elif item.row.get("options"):
+        other = rng.choice([k for k in item.row["options"] if k != answer])
+    else:
+        other = rng.choice([c for c in COLOURS if c not in (answer, start_colour)])
     return text.rsplit(" ", 1)[0] + f" {other}", other  # a last-word slip
 
 

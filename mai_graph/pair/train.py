@@ -186,10 +186,27 @@ held-out ones); the large model learns the transfer from hints that are wrong 40
 v3's 150-190-token batches)."""
 
 
+PAIR_SPECS_V4: dict[str, PairSpec] = {
+    "small": dataclasses.replace(
+        PAIR_SPECS_V3["small"], templates={"colour_at": 0.15, "points": 0.35, "reach": 0.5}
+    ),
+    "large": dataclasses.replace(
+        PAIR_SPECS_V3["large"], templates={"colour_at": 0.15, "points": 0.35, "reach": 0.5}
+    ),
+}
+"""The v4 pair (task v4, arrows followed from a named cell): v3's models and settings; more
+of the training goes to the option-letter question (``points``) and half to ``reach``. The
+shipped v4 pair continued the v3 pair's weights (``--init-from``), which already read every
+arrow's cell, colour and way correctly: what v3 did not learn was to find an arrow by its
+colour and to map a way to its option letter (in v3's ``way`` the letter depends on a way read
+at a cell the question names: three attention steps in a row, one more than the small model
+has; a ``points`` option is a cell that reads its own arrow)."""
+
+
 def specs_for(task: str) -> dict[str, PairSpec]:
-    """The pair's specs for ``task`` (``v1``, ``v2`` or ``v3``)."""
+    """The pair's specs for ``task`` (``v1`` to ``v4``)."""
     task_of(task)
-    return {"v1": PAIR_SPECS, "v2": PAIR_SPECS_V2}.get(task, PAIR_SPECS_V3)
+    return {"v1": PAIR_SPECS, "v2": PAIR_SPECS_V2, "v4": PAIR_SPECS_V4}.get(task, PAIR_SPECS_V3)
 
 
 @dataclass(frozen=True)
@@ -218,7 +235,7 @@ def build_tokenizer(task: str = "v1") -> Any:
     from mai_graph.tiny.build import build_tokenizer as build
 
     tokenizer = build(corpus(task=task), vocab_size=2048, model_max_length=4096)
-    if task == "v3":  # cell names are one token each (BPE splits letters from digits)
+    if task in ("v3", "v4"):  # cell names are one token each (BPE splits letters from digits)
         from mai_graph.eval.synthetic import cell_name
 
         tokenizer = with_whole_words(tokenizer, [f" {cell_name(c)}" for c in range(16)])
@@ -810,8 +827,9 @@ GATES: dict[str, Gates] = {
     "v1": Gates(),
     "v2": Gates(min_gap=0.08, min_chance_factor=None),
     "v3": Gates(min_gap=0.08, min_chance_factor=None),
+    "v4": Gates(min_gap=0.08, min_chance_factor=None),
 }
-"""The short-answer gates per task (v2 and v3 add the transfer gates of
+"""The short-answer gates per task (v2, v3 and v4 add the transfer gates of
 :mod:`mai_graph.pair.gates`)."""
 
 
