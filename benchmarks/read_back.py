@@ -10,8 +10,8 @@ what the picture holds. Every reasoning is then read clause by clause:
 - the listing (``I see r1c2 red right, ...``): arrows listed with the right colour and way,
   listed wrong, missed, or listed where the picture has none;
 - the start of a walk: the arrow the question names (v3: by its colour; v4: by its cell);
-- each step (``Next r2c3 blue down.``): the cell is where the previous step's arrow points, and
-  the colour and way written are the picture's;
+- each step (``Next r2c3 blue down.``): the cell is where the previous clause's arrow points;
+  and each clause of the walk, the start's included, writes the picture's colour and way;
 - a choice's conclusion (``So r3c1 points up. Answer: B``): the way read is the picture's, and
   the letter is that of the option the reasoning named;
 - the final answer, scored as the evaluation scores it.
@@ -67,15 +67,17 @@ def read_one(item: Any, text: str) -> collections.Counter[str]:
             start = next((k for k, (col, _) in truth.items() if col == colour), "")
         c["walks"] += 1
         c["started right"] += steps[0][1] == start
-        for (_, prev, _, prev_way), (_, cell, colour, way) in zip(steps, steps[1:]):
+        for _, cell, colour, way in steps:  # the start's clause and each step's
+            seen = truth.get(cell)
+            c["walk clauses"] += 1
+            c["walk clauses that read the picture right"] += bool(
+                seen and seen[0] == colour and (not way or seen[1] == way)
+            )
+        for (_, prev, _, prev_way), (_, cell, _, _) in zip(steps, steps[1:]):
             c["steps"] += 1
             moved = prev_way in ("up", "down", "left", "right")
             follows = moved and target_cell(_NAMES[prev], prev_way) == _NAMES[cell]
             c["steps that follow the previous one"] += follows
-            seen = truth.get(cell)
-            c["steps that read the picture right"] += bool(
-                seen and seen[0] == colour and (not way or seen[1] == way)
-            )
     row = item.row
     so = _POINTS.search(text)
     if so and row.get("options"):  # a choice: the way read, then its option's letter
@@ -146,10 +148,12 @@ def main() -> int:
                   f"wrong {c['listed wrong']}, missed {c['missed']}")  # fmt: skip
             print(f"    walks started at the named arrow "
                   f"{share(c['started right'], c['walks'])}")  # fmt: skip
-            print(f"    steps that follow the previous one "
-                  f"{share(c['steps that follow the previous one'], c['steps'])}, "
-                  f"that read the picture right "
-                  f"{share(c['steps that read the picture right'], c['steps'])}")  # fmt: skip
+            print(
+                f"    steps that follow the previous one "
+                f"{share(c['steps that follow the previous one'], c['steps'])}; "
+                f"clauses of the walk that read the picture right "
+                f"{share(c['walk clauses that read the picture right'], c['walk clauses'])}"
+            )
             print(f"    choices: the way read right {share(c['ways read right'], c['choices'])}, "
                   f"the letter that of the option the reasoning named "
                   f"{share(c['letters that follow the reasoning'], c['choices'])}")  # fmt: skip

@@ -54,7 +54,8 @@ template        question                                                        
 ``points``      Which of these arrows points up?  (options: four cells with arrows,  choice
                 exactly one pointing that way)
 ``reach``       Start at r2c3 and follow 3 arrows. Which cell do you reach?         text
-                (1 to 6 arrows; the answer is a cell name, one of sixteen)
+                (1 to 6 arrows; the answer is a cell name, one of sixteen; the path
+                goes on one or two arrows past it, so its end is not the answer)
 ==============  ==================================================================  ========
 
 Its scenes hold 3 to 9 shapes in 2 to 4 colours; option order never follows the picture's
@@ -501,15 +502,18 @@ def _draw_arrow(draw: Any, direction: str, box: tuple[int, int, int, int], fill:
 
 
 def _arrow_scene(
-    rng: random.Random, size: int, hops: int
+    rng: random.Random, size: int, hops: int, beyond: int = 0
 ) -> tuple[Any, list[tuple[str, str, int]]]:
     """A path of ``hops`` arrows (each pointing at the next cell's arrow) and 1 to 3 others.
 
-    The path's first arrow has a colour no other arrow has. Returns the picture and
-    ``(direction, colour, cell)`` per arrow, the path first, in order.
+    The path goes on ``beyond`` arrows past the ``hops``-th (so that where a walk of ``hops``
+    arrows ends is not where the path ends). The path's first arrow has a colour no other
+    arrow has. Returns the picture and ``(direction, colour, cell)`` per arrow, the path
+    first, in order.
     """
     from PIL import ImageDraw
 
+    hops += beyond
     while True:  # a self-avoiding walk of ``hops`` steps
         cells = [rng.randrange(GRID * GRID)]
         ways: list[str] = []
@@ -597,7 +601,7 @@ REACH_HOPS = (1, 6)
 
 def _reach(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     hops = rng.randint(*REACH_HOPS)
-    img, placed = _arrow_scene(rng, size, hops)
+    img, placed = _arrow_scene(rng, size, hops, beyond=rng.randint(1, 2))
     row = {
         "question": f"Start at {cell_name(placed[0][2])} and follow {hops} "
         f"arrow{'' if hops == 1 else 's'}. Which cell do you reach?",

@@ -29,7 +29,8 @@ def test_a_true_reasoning_reads_back_right_in_every_clause(read_one, template):
         assert c["right"] == 1 and c["listed wrong"] == 0
         assert c["started right"] == c["walks"] == (template in ("follow", "reach"))
         assert c["steps that follow the previous one"] == c["steps"]
-        assert c["steps that read the picture right"] == c["steps"]
+        assert c["walk clauses that read the picture right"] == c["walk clauses"]
+        assert c["walk clauses"] == c["steps"] + c["walks"]
         assert c["ways read right"] == c["letters that follow the reasoning"] == c["choices"]
 
 
@@ -44,7 +45,7 @@ def test_a_slip_is_found_where_it_is(read_one, template):
         if template == "points":  # the misread way is found, the letter still follows it
             assert c["ways read right"] == 0 and c["letters that follow the reasoning"] == 1
         elif not c["right"] and c["listed wrong"]:  # a misread way on the path
-            assert c["steps that read the picture right"] < c["steps"]
+            assert c["walk clauses that read the picture right"] < c["walk clauses"]
 
 
 def test_a_walk_from_the_wrong_start_and_a_letter_that_does_not_follow(read_one):
