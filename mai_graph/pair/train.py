@@ -914,6 +914,29 @@ def heldout_stats(
     }
 
 
+def _claim(work: Path) -> Any:
+    """Hold ``WORK.lock`` (beside the scratch folder) for as long as the returned file is open.
+
+    Two runs on one scratch folder would write the same models, records and progress logs;
+    the second is refused instead.
+    """
+    import fcntl
+
+    work.parent.mkdir(parents=True, exist_ok=True)
+    fh = (work.parent / f"{work.name}.lock").open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise ConfigError(
+            f"another train-pair run is using the scratch folder {work}",
+            parameter="--work",
+            value=str(work),
+            fix="wait for it to finish (or stop it), or give this run another OUT or --work",
+        ) from None
+    return fh
+
+
 @contextlib.contextmanager
 def _file_lock(path: str | None) -> Iterator[None]:
     if not path:
@@ -1016,9 +1039,14 @@ def _follow(procs: dict[str, subprocess.Popen[bytes]], work: Path) -> None:
         running = any(p.poll() is None for p in procs.values())
         for role in procs:
             path = work / f"{role}.log.jsonl"
-            lines = path.read_text().splitlines() if path.exists() else []
+            # complete lines only: a child may be writing the last one
+            lines = path.read_text().split("\n")[:-1] if path.exists() else []
             for line in lines[seen[role] :]:
-                e = json.loads(line)
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:  # a progress line is not worth the run
+                    print(f"  {role:<5} (unreadable progress line in {path.name})", flush=True)
+                    continue
                 per = " ".join(f"{t[:3]} {100 * a:.0f}" for t, a in
                                e.get("monitor_by_template", {}).items())  # fmt: skip
                 print(f"  {role:<5} step {e['step']:>6}  {e['elapsed_s']:>6.0f} s  loss "
@@ -1135,9 +1163,11 @@ def train_pair(
 
     minutes, steps = list(minutes), list(steps or [])
 
+    asked = Path(out).expanduser()
+    work = Path(work).expanduser() if work else asked.with_name(asked.name + ".work")
+    claim = _claim(work)  # noqa: F841 (the lock is held until this function returns)
     out = output_folder(out, flag="OUT", what="trained pair",
                         owns=lambda f: (f / "manifest.json").is_file())  # fmt: skip
-    work = Path(work) if work else out.with_name(out.name + ".work")
     if not (from_work or retrain):  # the scratch folder is emptied: only ours
         output_folder(work, flag="--work", what="training scratch folder",
                       owns=lambda f: (f / "tokenizer").is_dir())  # fmt: skip
