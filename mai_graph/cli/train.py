@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also evaluate every policy on N held-out items on vLLM and check the reasoning "
         "and transfer gates (mai_graph.pair.gates; 300 for the v2 pair)",
     )  # fmt: skip
+    p.add_argument(
+        "--eval-concurrency", type=int, default=1, metavar="N",
+        help="runs in flight per policy in that evaluation (default 1: each run's latency is "
+        "its own; with branches every MAI run makes all its calls, which at higher "
+        "concurrency slow the calls on its replayed route)",
+    )  # fmt: skip
     p.add_argument("--work", help="scratch folder (default OUT.work)")
     p.add_argument("--save-anyway", action="store_true", help="save even if a gate fails")
     p.add_argument(
@@ -90,7 +96,8 @@ def train_from_args(args: argparse.Namespace) -> int:
     return train_pair(
         args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, task=args.task,
         heldout=args.heldout, heldout_seed=args.heldout_seed, speed=args.speed,
-        engine_lock=args.engine_lock, eval_items=args.eval_items, work=args.work,
+        engine_lock=args.engine_lock, eval_items=args.eval_items,
+        eval_concurrency=args.eval_concurrency, work=args.work,
         save_anyway=args.save_anyway, from_work=args.from_work, retrain=args.retrain,
         init_from=args.init_from, lr_scale=args.lr_scale,
     )  # fmt: skip

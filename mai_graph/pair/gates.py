@@ -64,12 +64,16 @@ TRANSFER_GATES: dict[str, TransferGates] = {
 
 def evaluate_pair(
     small: Path, large: Path, work: Path, *, n: int, seed: int, task: str = "v2",
-    concurrency: int = 8, engine: str = "vllm",
+    concurrency: int = 1, engine: str = "vllm",
 ) -> dict[str, Any]:  # fmt: skip
     """Evaluate a pair on ``n`` held-out items (``synth-data --task TASK --seed SEED``).
 
     Returns ``{"plain": report, "circular": report}`` (:func:`~mai_graph.eval.build_report`);
-    the records stay under ``work``.
+    the records stay under ``work``. ``concurrency`` runs are in flight per policy: at 1 each
+    run's latency is its own. MAI's runs record every branch (both short answers, the
+    reasoning, S2, the full and the masked transfer), so at a higher concurrency the calls on
+    a run's replayed route are slowed by other runs' branches that real MAI would not make,
+    while ``large_cot`` runs make one call each (the v2 and v3 pairs were measured with 8).
     """
     from mai_graph.backends.lifecycle import shutdown_backends, start_backends
     from mai_graph.deploy.select import backends_for
@@ -102,6 +106,7 @@ def evaluate_pair(
         "n": n,
         "seed": seed,
         "engine": engine,
+        "concurrency": concurrency,
     }
 
 
@@ -193,5 +198,6 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         for m in ("small", "large")
     }
     return {"n": result["n"], "seed": result["seed"], "engine": result["engine"],
+            "concurrency": result.get("concurrency"),
             "policies": keep, "circular_accuracy": circ,
             "mai_settings": result["plain"]["mai_settings"]}  # fmt: skip

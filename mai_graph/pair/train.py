@@ -1122,6 +1122,7 @@ def train_pair(
     speed: str = "vllm",
     engine_lock: str | None = None,
     eval_items: int = 0,
+    eval_concurrency: int = 1,
     work: str | Path | None = None,
     save_anyway: bool = False,
     from_work: bool = False,
@@ -1145,6 +1146,8 @@ def train_pair(
         engine_lock: A lock file to hold while engines run (shared machines).
         eval_items: Also evaluate every policy on this many held-out items on vLLM and check
             the reasoning and transfer gates (0: no).
+        eval_concurrency: Runs in flight per policy in that evaluation (1: each run's latency
+            is its own; the v2 and v3 manifests were measured with 8).
         work: Scratch folder (default ``OUT.work``).
         save_anyway: Save even if a gate fails.
         from_work: No training: score, measure and check the models already in ``work``.
@@ -1274,7 +1277,7 @@ def train_pair(
         with _file_lock(engine_lock):
             result = evaluate_pair(
                 work / "small", work / "large", work / "eval",
-                n=eval_items, seed=heldout_seed, task=task,
+                n=eval_items, seed=heldout_seed, task=task, concurrency=eval_concurrency,
             )  # fmt: skip
         gates += check_transfer_gates(result, TRANSFER_GATES.get(task, TransferGates()))
         evaluation = summary(result)
