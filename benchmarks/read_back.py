@@ -50,12 +50,12 @@ def read_one(item: Any, text: str) -> collections.Counter[str]:
     """Counts of right and wrong clauses of one reasoning about ``item``."""
     c: collections.Counter[str] = collections.Counter()
     truth = {cell_name(cell): (colour, way) for way, colour, cell in item.scene}
-    listing = text.split(". ")[0] if text.startswith("I see ") else ""
-    listed = {cell: (colour, way) for cell, colour, way in _ARROW.findall(listing)}
-    for cell, seen in listed.items():
-        c["listed right" if truth.get(cell) == seen else "listed wrong"] += 1
-    c["missed"] += len(set(truth) - set(listed))
-    c["arrows"] += len(truth)
+    if text.startswith("I see "):  # a listing (v4's reach reasonings have none)
+        listed = {cell: (col, way) for cell, col, way in _ARROW.findall(text.split(". ")[0])}
+        for cell, seen in listed.items():
+            c["listed right" if truth.get(cell) == seen else "listed wrong"] += 1
+        c["missed"] += len(set(truth) - set(listed))
+        c["arrows"] += len(truth)
     steps = _STEP.findall(text)
     if steps:
         words = item.row["question"].rstrip("?").split()

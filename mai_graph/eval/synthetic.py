@@ -54,8 +54,8 @@ template        question                                                        
 ``points``      Which of these arrows points up?  (options: four cells with arrows,  choice
                 exactly one pointing that way)
 ``reach``       Start at r2c3 and follow 3 arrows. Which cell do you reach?         text
-                (1 to 6 arrows; the answer is a cell name, one of sixteen; the path
-                goes on one or two arrows past it, so its end is not the answer)
+                (1 to 6 arrows; the answer is a cell name, one of sixteen; every cell
+                holds an arrow, so no walk stops early and only counting finds it)
 ==============  ==================================================================  ========
 
 Its scenes hold 3 to 9 shapes in 2 to 4 colours; option order never follows the picture's
@@ -502,18 +502,17 @@ def _draw_arrow(draw: Any, direction: str, box: tuple[int, int, int, int], fill:
 
 
 def _arrow_scene(
-    rng: random.Random, size: int, hops: int, beyond: int = 0
+    rng: random.Random, size: int, hops: int, full: bool = False
 ) -> tuple[Any, list[tuple[str, str, int]]]:
     """A path of ``hops`` arrows (each pointing at the next cell's arrow) and 1 to 3 others.
 
-    The path goes on ``beyond`` arrows past the ``hops``-th (so that where a walk of ``hops``
-    arrows ends is not where the path ends). The path's first arrow has a colour no other
-    arrow has. Returns the picture and ``(direction, colour, cell)`` per arrow, the path
-    first, in order.
+    ``full``: every other cell holds an arrow too, so every arrow points at an arrow and no
+    walk ends before its count of arrows does (where the path stops says nothing). The path's
+    first arrow has a colour no other arrow has. Returns the picture and ``(direction,
+    colour, cell)`` per arrow, the path first, in order.
     """
     from PIL import ImageDraw
 
-    hops += beyond
     while True:  # a self-avoiding walk of ``hops`` steps
         cells = [rng.randrange(GRID * GRID)]
         ways: list[str] = []
@@ -532,7 +531,7 @@ def _arrow_scene(
     last = [d for d in DIRECTIONS if target_cell(cells[-1], d) is not None]
     ways.append(rng.choice(last))
     free = [c for c in range(GRID * GRID) if c not in cells]
-    others = rng.sample(free, rng.randint(1, 3))
+    others = rng.sample(free, len(free) if full else rng.randint(1, 3))
     for c in others:
         cells.append(c)
         ways.append(rng.choice([d for d in DIRECTIONS if target_cell(c, d) is not None]))
@@ -601,7 +600,7 @@ REACH_HOPS = (1, 6)
 
 def _reach(rng: random.Random, size: int) -> tuple[Any, dict[str, Any], list[Any]]:
     hops = rng.randint(*REACH_HOPS)
-    img, placed = _arrow_scene(rng, size, hops, beyond=rng.randint(1, 2))
+    img, placed = _arrow_scene(rng, size, hops, full=True)
     row = {
         "question": f"Start at {cell_name(placed[0][2])} and follow {hops} "
         f"arrow{'' if hops == 1 else 's'}. Which cell do you reach?",

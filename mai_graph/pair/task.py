@@ -364,8 +364,8 @@ def _arrows_seen(
     steps += [f"Next {cell_name(c)} {by_cell[c][1]} {by_cell[c][0]}." for c in cells[1:-1]]
     end = by_cell[cells[-1]][1]
     steps.append(f"Next {cell_name(cells[-1])} {end}.")
-    if item.template == "reach":  # the answer is the cell reached
-        end = cell_name(cells[-1])
+    if item.template == "reach":  # every cell holds an arrow: the steps read them, no listing
+        return f"{' '.join(steps)} Answer: {cell_name(cells[-1])}", cell_name(cells[-1])
     return f"I see {seen}. {' '.join(steps)} Answer: {end}", end
 
 
