@@ -3,9 +3,10 @@
     python benchmarks/read_back.py --pair v4 --task v4 [--n 60] [--seed 2000]
         [--backend transformers] [--results docs/results/readback-v4.json]
 
-Each model writes its reasoning (``small_cot`` and ``large_cot``) for ``--n`` held-out items of
-an arrow task (``v3`` or ``v4``), drawn with ``--seed``; the generator's scene of each item says
-what the picture holds. Every reasoning is then read clause by clause:
+Each model answers short (``small``, ``large``) and writes its reasoning (``small_cot`` and
+``large_cot``) for ``--n`` held-out items of an arrow task (``v3`` or ``v4``), drawn with
+``--seed``; the generator's scene of each item says what the picture holds. Every reasoning is
+then read clause by clause:
 
 - the listing (``I see r1c2 red right, ...``): arrows listed with the right colour and way,
   listed wrong, missed, or listed where the picture has none;
@@ -14,7 +15,9 @@ what the picture holds. Every reasoning is then read clause by clause:
   and each clause of the walk, the start's included, writes the picture's colour and way;
 - a choice's conclusion (``So r3c1 points up. Answer: B``): the way read is the picture's, and
   the letter is that of the option the reasoning named;
-- the final answer, scored as the evaluation scores it.
+- the final answer, scored as the evaluation scores it; for walk questions, by the number of
+  arrows followed, for the short answers too (a one-pass answer that stays right as the walk
+  grows is not taking the steps one after another).
 
 This is what the v3 pair's failures were read from (docs/tiny-pair.md): what a model can read
 off the picture, and which step of the chain it gets wrong.
@@ -96,6 +99,15 @@ def read_one(item: Any, text: str) -> collections.Counter[str]:
     return c
 
 
+POLICIES = ("small", "large", "small_cot", "large_cot")
+
+
+def hops_of(item: Any) -> int | None:
+    """How many arrows a walk question follows (None: not a walk)."""
+    words = item.row["question"].split()
+    return int(words[words.index("follow") + 1]) if "follow" in words else None
+
+
 def share(n: int, d: int) -> str:
     return f"{100 * n / d:.1f}% ({n}/{d})" if d else "-"
 
@@ -107,7 +119,7 @@ async def write_reasonings(args: argparse.Namespace, work: Path) -> Path:
     pair = backends_for(args.backend, str(small), str(large))
     await start_backends(*pair)
     try:
-        await arun_eval(samples, *pair, out_dir=work / "runs", policies=("small_cot", "large_cot"),
+        await arun_eval(samples, *pair, out_dir=work / "runs", policies=POLICIES,
                         concurrency=args.concurrency, progress=False, data=str(data))  # fmt: skip
     finally:
         shutdown_backends(*pair)
@@ -130,8 +142,17 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             records = asyncio.run(write_reasonings(args, Path(tmp)))
             counts: dict[str, collections.Counter[str]] = {}
+            by_hops: dict[str, dict[int, list[bool]]] = {p: {} for p in POLICIES}
             for line in records.read_text(encoding="utf-8").splitlines():
                 r = json.loads(line)
+                if r.get("type") == "sample":  # a run's final answer: right by hops
+                    item = items[int(r["sample"].rsplit("-", 1)[1])]
+                    hops, row = hops_of(item), item.row
+                    if hops is not None:
+                        ok = score(r.get("answer") or "", row["answer"], row["kind"],
+                                   row.get("options")).correct  # fmt: skip
+                        by_hops[r["policy"]].setdefault(hops, []).append(ok)
+                    continue
                 if r.get("type") != "call" or r.get("stage") == "answer":
                     continue
                 if r.get("node") not in ("reason", "baseline") or "Answer" not in r["text"]:
@@ -158,6 +179,13 @@ def main() -> int:
                   f"the letter that of the option the reasoning named "
                   f"{share(c['letters that follow the reasoning'], c['choices'])}")  # fmt: skip
             rec.data[policy] = dict(c)
+        print("  walk questions answered right, by arrows followed (one pass: small, large):")
+        for policy in POLICIES:
+            cells = [f"{k}: {share(sum(v), len(v))}" for k, v in sorted(by_hops[policy].items())]
+            print(f"    {policy:<9} " + ", ".join(cells))
+            rec.data.setdefault("by_hops", {})[policy] = {
+                str(k): [sum(v), len(v)] for k, v in sorted(by_hops[policy].items())
+            }
         rec.data.update(pair=args.pair, task=args.task, n=args.n, seed=args.seed,
                         backend=args.backend)  # fmt: skip
     return 0
