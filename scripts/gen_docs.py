@@ -9,9 +9,9 @@ blocks below are written from the code:
 - ``backends`` in docs/engines.md: every backend, its ``--backend`` name and capabilities;
 - ``pair-default`` in README.md: the default trained pair's measured accuracy and latency (its
   manifest's ``evaluation``);
-- ``pair-v1``, ``pair-v2``, ``pair-v3`` in docs/tiny-pair.md: a trained pair's measured
+- ``pair-v1`` to ``pair-v4`` in docs/tiny-pair.md: a trained pair's measured
   tables (its manifest, and the sparsification ablation in ``ablation.json`` beside it), and
-  ``pair-v1-models``, ``pair-v2-models``, ``pair-v3-models``: its two models (sizes, training
+  ``pair-v1-models`` to ``pair-v4-models``: its two models (sizes, training
   time and compute, decode speed);
 - ``recorded:NAME`` in any page: what a command printed, from the results file
   ``docs/results/NAME.json`` it wrote (``--results``), with its command, versions, machine and
@@ -214,10 +214,13 @@ def pair_tables(name: str = "v3") -> str:
     ev = m.get("evaluation")
     if ev:
         p = ev["policies"]
+        # manifests written before the concurrency was recorded were measured with 8
+        flight = ev.get("concurrency") or 8
+        load = "one run at a time" if flight == 1 else f"{flight} runs in flight per policy"
         out += [
             "",
             f"Every policy on {ev['n']} held-out items (seed {ev['seed']}), {ev['engine']} CPU "
-            "engines, every branch recorded (MAI replayed under the default gate):",
+            f"engines, {load}, every branch recorded (MAI replayed under the default gate):",
             "",
             "| policy | accuracy | mean ms | reasoning tokens per run |",
             "|---|---:|---:|---:|",
@@ -309,11 +312,11 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("README.md", "pair-default"): pair_default,
     **{
         ("docs/tiny-pair.md", f"pair-{n}"): functools.partial(pair_tables, n)
-        for n in ("v1", "v2", "v3")
+        for n in ("v1", "v2", "v3", "v4")
     },
     **{
         ("docs/tiny-pair.md", f"pair-{n}-models"): functools.partial(pair_models, n)
-        for n in ("v1", "v2", "v3")
+        for n in ("v1", "v2", "v3", "v4")
     },
 }
 """(page relative to the checkout, block name) -> the function that writes the block."""

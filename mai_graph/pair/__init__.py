@@ -1,9 +1,10 @@
 """The trained tiny pair: two small Qwen3-VL models (a toy) that answer the synthetic task.
 
-The package ships three pairs (:data:`PAIRS`): ``v1`` in ``models/`` (five plain templates),
-``v2`` in ``models_v2/`` (compositional questions where reasoning helps, task ``v2``) and ``v3``
+The package ships four pairs (:data:`PAIRS`): ``v1`` in ``models/`` (five plain templates),
+``v2`` in ``models_v2/`` (compositional questions where reasoning helps, task ``v2``), ``v3``
 in ``models_v3/`` (arrows to follow, where the large model needs reasoning, task ``v3``; its
-sparsification ablation in ``ablation.json``). Each holds
+sparsification ablation in ``ablation.json``) and ``v4`` in ``models_v4/`` (arrows followed
+from a named cell, task ``v4``: reasoning pays for both models). Each holds
 ``small/`` and ``large/`` in the Hugging Face layout (config, bf16 safetensors, tokenizer,
 processor, chat template) and ``manifest.json`` (how they were trained, their held-out
 accuracies and agreement, the quality gates and the sha256 of every file). They answer
@@ -42,12 +43,14 @@ PAIRS: dict[str, Path] = {
     "v1": Path(__file__).resolve().parent / "models",
     "v2": Path(__file__).resolve().parent / "models_v2",
     "v3": Path(__file__).resolve().parent / "models_v3",
+    "v4": Path(__file__).resolve().parent / "models_v4",
 }
 """The shipped pairs by name (each folder holds ``small/``, ``large/``, ``manifest.json``)."""
 
 DEFAULT_PAIR = "v2"
-"""The pair ``mai-graph demo`` and ``mai-graph pair`` use unless told otherwise. ``v3`` becomes
-the default only when its manifest's gates pass (tests/tools/test_pair.py checks it)."""
+"""The pair ``mai-graph demo`` and ``mai-graph pair`` use unless told otherwise. ``v3`` or
+``v4`` becomes the default only when its manifest's gates pass (tests/tools/test_pair.py
+checks it)."""
 
 PAIR_DIR = PAIRS["v1"]
 """Where the first shipped pair lives (``v1``)."""

@@ -118,21 +118,24 @@ def test_the_v2_gates_are_recorded_as_measured_failures_included():
     assert masked["passed"] == (apart["masked"]["gain"] >= 0.05 - 1e-9)
 
 
-def test_the_v3_gates_are_recorded_as_measured_and_decide_the_default():
-    """Every v3 gate the issue lists is in the manifest with the verdict its recorded numbers
-    give (failures included, thresholds not loosened); v3 is the default only if all pass."""
+@pytest.mark.parametrize("task", ["v3", "v4"])
+def test_the_v3_and_v4_gates_are_recorded_as_measured_and_decide_the_default(task):
+    """Every gate the issue lists is in the manifest with the verdict its recorded numbers
+    give (failures included, thresholds not loosened); a pair is the default only if all
+    pass."""
     from mai_graph.pair.gates import TRANSFER_GATES
     from mai_graph.pair.train import GATES
 
-    m = read_manifest(PAIRS["v3"])
-    assert m["task"] == "v3"
+    m = read_manifest(PAIRS[task])
+    assert m["task"] == task
     recorded = {g["name"]: g["passed"] for g in m["gates"]}
-    for name, ok, _ in check_gates(m, m["speed"]["ratio"], GATES["v3"]):
+    assert len(recorded) == 11
+    for name, ok, _ in check_gates(m, m["speed"]["ratio"], GATES[task]):
         assert recorded[name] == ok, name
     ev = m["evaluation"]
     assert ev["n"] >= 300 and ev["engine"] == "vllm"
     acc = {k: v["accuracy"] for k, v in ev["policies"].items()}
-    g = TRANSFER_GATES["v3"]
+    g = TRANSFER_GATES[task]
     assert g.cot_gain == 0.08 and g.transfer_gain == 0.10 and g.masked_gain == 0.05
     assert g.mai_vs_large_cot == 0.01 and g.speedup == 3.0 and g.mai_over_large == 0.03
     for model in ("small", "large"):
@@ -146,7 +149,7 @@ def test_the_v3_gates_are_recorded_as_measured_and_decide_the_default():
     masked = next(g for g in m["gates"] if g["name"].startswith("masked transfer"))
     assert masked["passed"] == (apart["masked"]["gain"] >= 0.05 - 1e-9)
     assert m["gates_passed"] == all(recorded.values())
-    assert (DEFAULT_PAIR == "v3") == m["gates_passed"]
+    assert (DEFAULT_PAIR == task) == m["gates_passed"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
