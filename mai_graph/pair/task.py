@@ -29,6 +29,10 @@ checkable against the picture, e.g. ``I see r1c2 red right, r1c3 blue down, r2c3
 r3c4 purple up. Start r1c2 red right. Next r1c3 blue down. Next r2c3 green. Answer: green``
 (a fifty-token chain for four hops; one-step questions end ``So r2c3 is green. Answer: green``).
 
+Task ``v4`` names arrows by their cell: ``colour_at`` and ``points`` list the picture, then
+conclude (``So r3c1 points up. Answer: B``); a ``reach`` reasoning is the steps alone, e.g.
+``Start r1c4 blue down. Next r2c4 green down. Next r3c4 red. Answer: r3c4``.
+
 Shapes are listed in reading order (row by row). The answer-extraction turn (S2) answers what
 the reasoning concludes; the large model's transfer prompt shows it a sparsified reasoning that
 is sometimes wrong, and it learns to answer the truth (see :func:`transfer_hint`).
@@ -370,10 +374,12 @@ def _arrows_seen(
 
 
 def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
-    """One realistic slip in a v3 reasoning, and the answer it states.
+    """One realistic slip in a v3 or v4 reasoning, and the answer it states.
 
     An arrow's colour or way misread (in the listing and in the steps that follow from it),
-    or, for ``follow``, one hop too few or too many.
+    or, for ``follow`` and ``reach``, one hop too few or too many. A ``reach`` slip is always a
+    way on the path (the walk turns where the misread arrow points), a ``points`` slip the
+    answer's arrow misread and another option's taken for it: the stated answer changes.
     """
     scene, hops = list(item.scene), _hops(item)
     start_colour = scene[0][1] if item.template == "follow" else None
@@ -474,9 +480,9 @@ def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
 
     Counts are off by one, a colour is misread, a shape is missed or imagined, another bar is
     taken for the tallest. (Task v2: one count off by one, or a runner-up counted too often;
-    the conclusion follows the wrong counts, so its answer may still be right. Task v3: one
-    arrow's colour or way misread, or one hop too few or too many; what follows is consistent
-    with the slip.)
+    the conclusion follows the wrong counts, so its answer may still be right. Tasks v3 and v4:
+    one arrow's colour or way misread, or one hop too few or too many; what follows is
+    consistent with the slip.)
     """
     if item.template in _V3:
         return _wrong_v3(item, rng)
