@@ -38,15 +38,20 @@ from mai_graph.deploy.select import backends_for
 from mai_graph.eval import load_dataset, make_synthetic
 from mai_graph.eval.runner import arun_eval
 from mai_graph.eval.scorers import score
-from mai_graph.eval.synthetic import cell_name, target_cell
+from mai_graph.eval.synthetic import DIRECTIONS, cell_name, target_cell
 from mai_graph.pair import trained_pair_paths
-from mai_graph.pair.task import heldout_items
+from mai_graph.pair.task import heldout_items, reasoning_text
 from mai_graph.results import RESULTS_HELP, command_line, recording
 
 _ARROW = re.compile(r"(r[1-4]c[1-4]) (\w+) (\w+)")
 _STEP = re.compile(r"(Start|Next) (r[1-4]c[1-4]) (\w+)(?: (\w+))?\.")
 _POINTS = re.compile(r"So (\w+) points (\w+)\. Answer: (\w)")
 _NAMES = {cell_name(c): c for c in range(16)}
+
+
+def walk_of(item: Any) -> list[tuple[str, ...]]:
+    """The clauses of the right walk for ``item`` (the task's own reasoning; none: no walk)."""
+    return list(_STEP.findall(reasoning_text(item)))
 
 
 def read_one(item: Any, text: str) -> collections.Counter[str]:
@@ -60,16 +65,10 @@ def read_one(item: Any, text: str) -> collections.Counter[str]:
         c["missed"] += len(set(truth) - set(listed))
         c["arrows"] += len(truth)
     steps = _STEP.findall(text)
-    if steps:
-        words = item.row["question"].rstrip("?").split()
-        named = [w for w in words if w in _NAMES]
-        if named:  # v4: the start is the named cell
-            start = named[0]
-        else:  # v3: the start is the arrow of the named colour
-            colour = words[words.index("the") + 1]
-            start = next((k for k, (col, _) in truth.items() if col == colour), "")
+    right_walk = walk_of(item)
+    if steps and right_walk:
         c["walks"] += 1
-        c["started right"] += steps[0][1] == start
+        c["started right"] += steps[0][1] == right_walk[0][1]
         for _, cell, colour, way in steps:  # the start's clause and each step's
             seen = truth.get(cell)
             c["walk clauses"] += 1
@@ -78,7 +77,7 @@ def read_one(item: Any, text: str) -> collections.Counter[str]:
             )
         for (_, prev, _, prev_way), (_, cell, _, _) in zip(steps, steps[1:]):
             c["steps"] += 1
-            moved = prev_way in ("up", "down", "left", "right")
+            moved = prev_way in DIRECTIONS
             follows = moved and target_cell(_NAMES[prev], prev_way) == _NAMES[cell]
             c["steps that follow the previous one"] += follows
     row = item.row
@@ -104,8 +103,8 @@ POLICIES = ("small", "large", "small_cot", "large_cot")
 
 def hops_of(item: Any) -> int | None:
     """How many arrows a walk question follows (None: not a walk)."""
-    words = item.row["question"].split()
-    return int(words[words.index("follow") + 1]) if "follow" in words else None
+    walk = walk_of(item)
+    return len(walk) - 1 if walk else None
 
 
 def share(n: int, d: int) -> str:
