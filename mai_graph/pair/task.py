@@ -343,11 +343,10 @@ def _arrows_seen(
         return f"I see {seen}. So {cell_name(cell)} is {colour}. Answer: {colour}", colour
     if item.template == "points":  # the first option whose arrow points the asked way
         way = words[-1]
+        ways = {cell_name(c): w for c, (w, _) in by_cell.items()}
         letter, name = next(
-            ((k, c) for k, c in item.row["options"].items()
-             if any(cell_name(x) == c and by_cell[x][0] == way for x in by_cell)),
-            ("", ""),
-        )  # fmt: skip
+            ((k, c) for k, c in item.row["options"].items() if ways.get(c) == way), ("", "")
+        )
         if not letter:
             raise ValueError(f"no option points {way}")
         return f"I see {seen}. So {name} points {way}. Answer: {letter}", letter
@@ -403,14 +402,9 @@ def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
             taken = cells[rng.choice([c for k, c in item.row["options"].items()
                                       if k != item.row["answer"]])]  # fmt: skip
             wrong = list(scene)
-            w, c, cell = scene[right]
-            wrong[right] = (rng.choice([d for d in DIRECTIONS if d != way]), c, cell)
-            w, c, cell = scene[taken]
-            wrong[taken] = (way, c, cell)
-            try:
-                return _arrows_seen(item, wrong, hops)
-            except ValueError:
-                continue
+            wrong[right] = (rng.choice([d for d in DIRECTIONS if d != way]), *scene[right][1:])
+            wrong[taken] = (way, *scene[taken][1:])
+            return _arrows_seen(item, wrong, hops)  # an option now points the asked way
         else:
             words = item.row["question"].rstrip("?").split()
             j = next(i for i, (w, c, cell) in enumerate(scene)
