@@ -914,16 +914,26 @@ def heldout_stats(
     }
 
 
-def _claim(work: Path) -> Any:
+def _claim(work: Path, flag: str = "--work") -> Any:
     """Hold ``WORK.lock`` (beside the scratch folder) for as long as the returned file is open.
 
     Two runs on one scratch folder would write the same models, records and progress logs;
-    the second is refused instead.
+    the second is refused instead. ``flag`` names what placed the folder (``OUT`` or
+    ``--work``) in the error when the lock cannot be written.
     """
     import fcntl
 
-    work.parent.mkdir(parents=True, exist_ok=True)
-    fh = (work.parent / f"{work.name}.lock").open("a+")
+    lock = work.parent / f"{work.name}.lock"
+    try:
+        work.parent.mkdir(parents=True, exist_ok=True)
+        fh = lock.open("a+")
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag}: cannot write the scratch folder's lock {lock} ({exc.strerror or exc})",
+            parameter=flag,
+            value=str(work),
+            fix="give a folder this user can create and write",
+        ) from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -1167,8 +1177,9 @@ def train_pair(
     minutes, steps = list(minutes), list(steps or [])
 
     asked = Path(out).expanduser()
+    placed_by = "--work" if work else "OUT"
     work = Path(work).expanduser() if work else asked.with_name(asked.name + ".work")
-    claim = _claim(work)  # noqa: F841 (the lock is held until this function returns)
+    claim = _claim(work, placed_by)  # noqa: F841 (the lock is held until this function returns)
     out = output_folder(out, flag="OUT", what="trained pair",
                         owns=lambda f: (f / "manifest.json").is_file())  # fmt: skip
     if not (from_work or retrain):  # the scratch folder is emptied: only ours

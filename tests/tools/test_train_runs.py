@@ -21,6 +21,17 @@ def test_a_second_run_on_the_same_scratch_folder_is_refused(tmp_path):
     _claim(work).close()  # free again once the first run is over
 
 
+@pytest.mark.parametrize("use_work", [False, True])
+def test_a_scratch_folder_that_cannot_be_written_is_a_typed_error(tmp_path, use_work):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out, work = (tmp_path / "pair", blocker / "w") if use_work else (blocker / "pair", None)
+    with pytest.raises(ConfigError, match="cannot write the scratch folder's lock") as e:
+        train_pair(out, steps=[1], task="v4", work=work)
+    assert e.value.parameter == ("--work" if use_work else "OUT")
+    assert blocker.read_text() == "x"
+
+
 def test_progress_is_read_from_complete_lines_only(tmp_path, capsys):
     entry = {"step": 3, "elapsed_s": 1.0, "loss": 0.5, "monitor_accuracy": 0.5,
              "monitor_by_template": {"reach": 0.25}}  # fmt: skip
