@@ -234,7 +234,7 @@ def reasoning_text(item: SyntheticItem, scene: Sequence[tuple[Any, ...]] | None 
     """
     scene = item.scene if scene is None else scene
     answer = item.row["answer"] if answer is None else answer
-    if item.template in _V3:
+    if item.template in _ARROWS:
         return _arrows_seen(item, scene, _hops(item))[0]
     if item.template in _V2_SHAPES:
         return _counted(item, _counts(scene))[0]
@@ -298,7 +298,7 @@ def _bars_seen(
     return f"I see {listed} bars. The tallest is {top}. Answer: {letter}", letter
 
 
-_V3 = ("colour_at", "way", "follow", "points", "reach")
+_ARROWS = ("colour_at", "way", "follow", "points", "reach")
 """The arrow templates (tasks v3 and v4)."""
 
 
@@ -372,7 +372,7 @@ def _arrows_seen(
     return f"I see {seen}. {' '.join(steps)} Answer: {end}", end
 
 
-def _wrong_v3(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
+def _wrong_arrows(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     """One realistic slip in a v3 or v4 reasoning, and the answer it states.
 
     An arrow's colour or way misread (in the listing and in the steps that follow from it),
@@ -478,8 +478,8 @@ def wrong_reasoning(item: SyntheticItem, rng: random.Random) -> tuple[str, str]:
     one arrow's colour or way misread, or one hop too few or too many; what follows is
     consistent with the slip.)
     """
-    if item.template in _V3:
-        return _wrong_v3(item, rng)
+    if item.template in _ARROWS:
+        return _wrong_arrows(item, rng)
     if item.template in _V2_SHAPES or item.template == "tallest_any":
         return _wrong_v2(item, rng)
     t, row, scene = item.template, item.row, list(item.scene)

@@ -60,6 +60,7 @@ __all__ = [
     "PAIR_SPECS",
     "PAIR_SPECS_V2",
     "PAIR_SPECS_V3",
+    "PAIR_SPECS_V4",
     "Gates",
     "PairSpec",
     "build_tokenizer",
