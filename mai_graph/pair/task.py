@@ -74,6 +74,7 @@ __all__ = [
     "make_example",
     "mask_answer",
     "prompt_fingerprint",
+    "option_marks",
     "region_labels",
     "question_of",
     "reasoning_text",
@@ -112,6 +113,8 @@ class Example:
     target_ids: list[int]
     purpose: Purpose
     template: str
+    options: tuple[tuple[int, int, int], ...] = ()
+    """Each option's last prompt position, letter index and 1 if right (:func:`option_marks`)."""
 
 
 def train_item(
@@ -162,6 +165,42 @@ def chance_accuracy(templates: Sequence[str] = TEMPLATES) -> float:
     per["tallest_any"] = options
     per |= {"colour_at": 1 / 5, "way": 1 / 4, "follow": 1 / 5, "points": 1 / 4, "reach": 1 / 16}
     return sum(per[t] for t in templates) / len(templates)
+
+
+def option_marks(
+    tokenizer: Any, prompt_ids: Sequence[int], options: dict[str, str], answer: str
+) -> list[tuple[int, int, int]]:
+    r"""Where each option ends in a prompt: ``(position, letter index, 1 if it is the answer)``.
+
+    The graph lists options one a line (``A. r3c4``, :func:`mai_graph.prompts.question_block`);
+    the position is the option text's last token. Training only: an auxiliary loss asks that
+    token's final state for its letter and whether it is the right option, the two facts a
+    one-pass choice answer has to bring together (an option's text, read against the picture,
+    and the letter before it). Options not found (another prompt layout) are left out.
+
+    >>> from mai_graph.pair.train import build_tokenizer
+    >>> tok = build_tokenizer("v4")
+    >>> ids = tok.encode("Options:\nA. r3c4\nB. r1c1\nAnswer", add_special_tokens=False)
+    >>> [(tok.decode([ids[p]]), k, a) for p, k, a in option_marks(tok, ids, {"A": "r3c4",
+    ...     "B": "r1c1"}, "B")]
+    [(' r3c4', 0, 0), (' r1c1', 1, 1)]
+    """
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    dot = tokenizer.encode(".", add_special_tokens=False)
+    ids = list(prompt_ids)
+    marks, start = [], 0
+    for k, letter in enumerate(options):
+        head = newline + tokenizer.encode(letter, add_special_tokens=False) + dot
+        at = next(
+            (i for i in range(start, len(ids) - len(head)) if ids[i : i + len(head)] == head), None
+        )
+        if at is None:
+            continue
+        end = next((i for i in range(at + len(head), len(ids)) if ids[i] in newline), len(ids))
+        if end > at + len(head):
+            marks.append((end - 1, k, int(letter == answer)))
+            start = end
+    return marks
 
 
 def region_labels(item: SyntheticItem, grid: int = 4) -> list[int]:
@@ -589,7 +628,9 @@ def make_example(
         messages, target = answer_request(q, CONTEXT, hint, sent_ids).messages, gold
     prompt = render(tokenizer, messages, {eos_id}).token_ids
     target_ids = list(tokenizer.encode(target, add_special_tokens=False)) + [eos_id]
-    return Example(prompt, target_ids, purpose, item.template)
+    options = item.row.get("options")
+    marks = option_marks(tokenizer, prompt, options, gold) if options else []
+    return Example(prompt, target_ids, purpose, item.template, tuple(marks))
 
 
 def prompt_fingerprint(tokenizer: Any, task: str = "v1") -> str:

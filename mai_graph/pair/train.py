@@ -72,6 +72,8 @@ __all__ = [
 TRAINER_VERSION = 1
 PLACES = 16
 """Visual-token places the auxiliary loss tells apart (a 4 x 4 merged grid at most)."""
+OPTION_SLOTS = 4
+"""Option letters the auxiliary option targets tell apart (A to D)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class PairSpec:
     """RoPE base: small, so the few positions of a tiny picture's tokens are told apart."""
     p_masked_hint: float = 0.0
     """Share of transfer examples whose stated final answer is masked (task v2)."""
+    option_labels: bool = False
+    """Auxiliary targets on each option's last prompt token (its letter, whether it is right;
+    :func:`~mai_graph.pair.task.option_marks`), under ``aux_weight`` (task v4)."""
 
 
 SMALL_LM = TinySpec(64, 2, 2, 1, 128, 32, 2, 2, 64)
@@ -187,13 +192,10 @@ held-out ones); the large model learns the transfer from hints that are wrong 40
 v3's 150-190-token batches)."""
 
 
+_V4_TEMPLATES = {"colour_at": 0.15, "points": 0.35, "reach": 0.5}
 PAIR_SPECS_V4: dict[str, PairSpec] = {
-    "small": dataclasses.replace(
-        PAIR_SPECS_V3["small"], templates={"colour_at": 0.15, "points": 0.35, "reach": 0.5}
-    ),
-    "large": dataclasses.replace(
-        PAIR_SPECS_V3["large"], templates={"colour_at": 0.15, "points": 0.35, "reach": 0.5}
-    ),
+    role: dataclasses.replace(PAIR_SPECS_V3[role], templates=_V4_TEMPLATES, option_labels=True)
+    for role in ("small", "large")
 }
 """The v4 pair (task v4, arrows followed from a named cell): v3's models and settings; more
 of the training goes to the option-letter question (``points``) and half to ``reach``. The
@@ -201,7 +203,11 @@ shipped v4 pair continued the v3 pair's weights (``--init-from``), which already
 arrow's cell, colour and way correctly: what v3 did not learn was to find an arrow by its
 colour and to map a way to its option letter (in v3's ``way`` the letter depends on a way read
 at a cell the question names: three attention steps in a row, one more than the small model
-has; a ``points`` option is a cell that reads its own arrow)."""
+has; a ``points`` option is a cell that reads its own arrow). Its first run left the letter
+at chance for both models, even after a reasoning that names the right cell (a teacher-forced
+probe: 10 of 40): nothing in the answer's loss alone taught an option to carry its letter and
+its check against the picture, so v4 adds the option targets (``option_labels``), training
+only."""
 
 
 def specs_for(task: str) -> dict[str, PairSpec]:
@@ -377,6 +383,11 @@ class _Batch:
     """Per visual token, the labels of the picture regions it covers (see ``region_labels``)."""
     aux_places: Any = None
     """Per visual token, its place in the picture (row * columns + column of its grid)."""
+    option_rows: Any = None
+    """Row and position of each option's last token (auxiliary option targets)."""
+    option_cols: Any = None
+    option_labels: Any = None
+    """Per option, ``(letter index, 1 if it is the right option)``."""
 
 
 class Batcher:
@@ -419,6 +430,7 @@ class Batcher:
         *,
         share_prefix: bool = True,
         regions: Sequence[Sequence[int]] | None = None,
+        options: bool = False,
     ) -> _Batch:
         """Inputs for teacher forcing; the loss reads only target positions.
 
@@ -426,6 +438,7 @@ class Batcher:
         is marked to be computed once for the whole batch. ``regions`` (per example, the
         labels of the picture's 4 x 4 regions, row by row) adds the auxiliary perception
         targets: each visual token the labels of the regions it covers, and its place.
+        ``options`` adds the option targets of the examples' ``options`` marks.
         """
         import torch
 
@@ -435,6 +448,9 @@ class Batcher:
         aux_cols: list[int] = []
         aux_labels: list[list[int]] = []
         aux_places: list[int] = []
+        opt_rows: list[int] = []
+        opt_cols: list[int] = []
+        opt_labels: list[tuple[int, int]] = []
         merge = self.processor.image_processor.merge_size
         for i, (ex, count) in enumerate(zip(examples, counts)):
             prompt = self.expand(ex.prompt_ids, count)
@@ -446,6 +462,12 @@ class Batcher:
                     aux_cols.append(start + k)
                     aux_labels.append(labels)
                     aux_places.append(k)
+            if options and ex.options:
+                image_at = ex.prompt_ids.index(self.image_token)
+                for at, letter, right in ex.options:
+                    opt_rows.append(i)
+                    opt_cols.append(at + (count - 1 if at > image_at else 0))
+                    opt_labels.append((letter, right))
             seqs.append(prompt + ex.target_ids[:-1])
             for j, t in enumerate(ex.target_ids):
                 rows.append(i)
@@ -473,6 +495,9 @@ class Batcher:
             torch.tensor(aux_cols) if aux_labels else None,
             torch.tensor(aux_labels) if aux_labels else None,
             torch.tensor(aux_places) if aux_labels else None,
+            torch.tensor(opt_rows) if opt_labels else None,
+            torch.tensor(opt_cols) if opt_labels else None,
+            torch.tensor(opt_labels) if opt_labels else None,
         )
 
 
@@ -523,12 +548,16 @@ def aux_head_for(spec: PairSpec) -> Any:
     """The auxiliary perception head of a model (training only; dropped when it is saved).
 
     It reads the final hidden state of each visual token: the classes of the picture regions
-    the token covers (:func:`~mai_graph.pair.task.region_labels`) and the token's place.
+    the token covers (:func:`~mai_graph.pair.task.region_labels`) and the token's place; with
+    ``spec.option_labels``, its last outputs read each option's last token (letter, right).
     """
     import torch
 
     side = spec.image_side // 32  # merged visual tokens a side
-    return torch.nn.Linear(spec.tiny.hidden_size, PLACES + (4 // side) ** 2 * REGION_LABELS)
+    options = OPTION_SLOTS + 2 if spec.option_labels else 0  # letter, right or not
+    return torch.nn.Linear(
+        spec.tiny.hidden_size, PLACES + (4 // side) ** 2 * REGION_LABELS + options
+    )
 
 
 def loss_of(model: Any, b: _Batch, aux_head: Any = None) -> Any:
@@ -549,12 +578,18 @@ def loss_of(model: Any, b: _Batch, aux_head: Any = None) -> Any:
     task = (sums / counts).mean()
     if aux_head is None:
         return task
-    if b.aux_labels is None:
-        return task, torch.zeros(())
-    out = aux_head(hidden[b.aux_rows, b.aux_cols - b.prefix]).float()
-    what = out[:, PLACES:].reshape(-1, REGION_LABELS)
-    aux = F.cross_entropy(what, b.aux_labels.reshape(-1))
-    return task, aux + F.cross_entropy(out[:, :PLACES], b.aux_places)
+    aux = torch.zeros(())
+    if b.aux_labels is not None:
+        out = aux_head(hidden[b.aux_rows, b.aux_cols - b.prefix]).float()
+        what = out[:, PLACES : PLACES + b.aux_labels.shape[1] * REGION_LABELS]
+        aux = F.cross_entropy(what.reshape(-1, REGION_LABELS), b.aux_labels.reshape(-1))
+        aux = aux + F.cross_entropy(out[:, :PLACES], b.aux_places)
+    if b.option_labels is not None:  # the head's last outputs: letter, then right or not
+        out = aux_head(hidden[b.option_rows, b.option_cols - b.prefix]).float()
+        letters = out[:, -(OPTION_SLOTS + 2) : -2]
+        aux = aux + F.cross_entropy(letters, b.option_labels[:, 0])
+        aux = aux + F.cross_entropy(out[:, -2:], b.option_labels[:, 1])
+    return task, aux
 
 
 # -- prediction --------------------------------------------------------------------------------
@@ -760,6 +795,7 @@ def train_role(
                 [examples[i] for i in part],
                 [items[i].image for i in part],
                 regions=[region_labels(items[i]) for i in part] if spec.aux_weight else None,
+                options=spec.option_labels and bool(spec.aux_weight),
             )
             tokens += int(b.inputs["input_ids"].numel())
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.bf16):

@@ -152,3 +152,79 @@ def test_masking_labels_chance_and_streams(tmp_path):
 )  # fmt: skip
 def test_a_cell_answer_is_matched_as_text(answer, right):
     assert score(answer, "r3c4", "text", None).correct is right
+
+
+@pytest.fixture(scope="module")
+def v4_tokenizer():
+    from mai_graph.pair.train import build_tokenizer
+
+    return build_tokenizer("v4")
+
+
+@pytest.mark.parametrize("purpose", ["short", "cot", "s2", "answer"])
+def test_option_marks_find_every_option_of_every_prompt(v4_tokenizer, purpose):
+    from mai_graph.pair.task import make_example
+
+    tok, rng = v4_tokenizer, random.Random(purpose)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    for i in range(40):
+        item = train_item(3, 0, i, task="v4")
+        ex = make_example(item, purpose, tok, rng, eos_id=eos, p_masked_hint=0.35)
+        options = item.row.get("options")
+        if not options:
+            assert ex.options == ()
+            continue
+        texts = [tok.decode([ex.prompt_ids[at]]).strip() for at, _, _ in ex.options]
+        assert texts == list(options.values())
+        assert [k for _, k, _ in ex.options] == [0, 1, 2, 3]
+        right = [list(options)[k] for _, k, r in ex.options if r]
+        assert right == [item.row["answer"]]
+
+
+def test_option_marks_leave_out_what_a_prompt_does_not_list(v4_tokenizer):
+    from mai_graph.pair.task import option_marks
+
+    tok = v4_tokenizer
+    ids = tok.encode("Question: which?\nA. r1c1\nC. r2c2\n", add_special_tokens=False)
+    marks = option_marks(tok, ids, {"A": "r1c1", "B": "r4c4", "C": "r2c2"}, "C")
+    assert [(tok.decode([ids[at]]).strip(), k, r) for at, k, r in marks] == [
+        ("r1c1", 0, 0),
+        ("r2c2", 2, 1),
+    ]
+    assert option_marks(tok, tok.encode("no options here", add_special_tokens=False),
+                        {"A": "x"}, "A") == []  # fmt: skip
+
+
+def test_the_option_targets_sit_on_the_options_and_train_the_head(v4_tokenizer):
+    torch = pytest.importorskip("torch")
+    from mai_graph.pair.task import make_example
+    from mai_graph.pair.train import (
+        PAIR_SPECS_V4,
+        Batcher,
+        aux_head_for,
+        build_processor,
+        loss_of,
+        new_model,
+    )
+
+    torch.set_num_threads(1)
+    tok, spec = v4_tokenizer, PAIR_SPECS_V4["small"]
+    assert spec.option_labels and all(PAIR_SPECS_V4[r].option_labels for r in PAIR_SPECS_V4)
+    model = new_model(spec, tok, seed=0)
+    batcher = Batcher(model, build_processor(tok, spec.image_side), tok)
+    rng = random.Random(0)
+    items = [it for it in (train_item(4, 0, j, task="v4") for j in range(30))
+             if it.row.get("options")][:3] + [train_item(4, 0, 0, task="v4")]  # fmt: skip
+    examples = [make_example(it, "short", tok, rng, eos_id=batcher.eos) for it in items]
+    regions = [region_labels(it) for it in items]
+    b = batcher.batch(examples, [it.image for it in items], regions=regions, options=True)
+    ids = b.inputs["input_ids"]
+    got = [tok.decode([int(ids[r, c])]).strip() for r, c in zip(b.option_rows, b.option_cols)]
+    want = [v for it in items for v in (it.row.get("options") or {}).values()]
+    assert got == want and len(got) == 12
+    head = aux_head_for(spec)
+    _, aux = loss_of(model, b, head)
+    aux.backward()
+    assert head.weight.grad[-(4 + 2) :].abs().sum() > 0  # the option outputs learn
+    plain = batcher.batch(examples, [it.image for it in items], regions=regions)
+    assert plain.option_rows is None
