@@ -41,6 +41,7 @@ from typing import Any
 from mai_graph.errors import ConfigError
 from mai_graph.eval.synthetic import task_of
 from mai_graph.pair import file_checksums
+from mai_graph.pair.grow import deepen_state, layer_count
 from mai_graph.pair.task import (
     PURPOSES,
     REGION_LABELS,
@@ -752,7 +753,10 @@ def train_role(
         from transformers import Qwen3VLForConditionalGeneration
 
         trained = Qwen3VLForConditionalGeneration.from_pretrained(init_from / role)
-        model.load_state_dict(trained.float().state_dict())
+        state = trained.float().state_dict()
+        if layer_count(state) != spec.tiny.num_layers:  # a deeper spec: new layers start as no-ops
+            state = deepen_state(state, spec.tiny.num_layers)
+        model.load_state_dict(state)
         previous = earlier_record(init_from, role)
     offset = int(previous.get("steps", 0))
     params = [p for p in model.parameters() if p.requires_grad]
