@@ -245,11 +245,16 @@ class EngineHandle:
                 # override kv_cache_memory_bytes: the engine's own pool decides (the spawned
                 # core inherits the environment as it is now).
                 saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None) if cpu else None
+                cores = startup.cpu_cores(self) if cpu else None  # its own cores, not auto's
+                if cores is not None:
+                    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
                 try:
                     self._engine = AsyncLLM.from_engine_args(args)
                 finally:
                     if saved is not None:
                         os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+                    if cores is not None:
+                        os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
             except BaseException:
                 startup.forget(self)
                 raise

@@ -20,6 +20,12 @@ rule here is what a GPU start relies on, with the vLLM function it answers to:
   engine's own start (``vllm/utils/mem_utils.py:memory_profiling``): what another engine
   allocates meanwhile is charged to the one profiling. :class:`EngineGroup` starts every
   engine of a lineup, one after the other, before any of them serves.
+- **CPU engines get cores of their own.** vLLM's CPU build binds an engine's compute threads
+  by ``VLLM_CPU_OMP_THREADS_BIND`` (``auto``: ``vllm/utils/ompmultiprocessing.py``, read in the
+  engine core when its executor starts), and ``auto`` picks the same cores for every engine of
+  a machine: a lineup's small and large engines compute on the same core, so MAI's two short
+  answers, asked at once, take turns. :func:`cpu_cores` splits the cores this process may use
+  between the lineup's engines instead (a CPU-only rule; a user's own setting wins).
 - **A restart waits for the dead engine.** Its processes must have exited and its memory be
   free before the new engine runs the start check (:func:`wait_for_memory`), or one out-of-
   memory death uses up the restart budget.
@@ -44,6 +50,7 @@ __all__ = [
     "SOLE_ENGINE_SHARE",
     "EngineGroup",
     "check_share",
+    "cpu_cores",
     "device_memory",
     "prepare_process",
     "wait_for_memory",
@@ -93,6 +100,41 @@ def prepare_process(env: dict[str, str] | None = None) -> dict[str, str]:
             "tokenizer and ZMQ threads can hang at start; unset it (mai-graph sets spawn)"
         )
     return set_here
+
+
+def cpu_cores(handle: Any, available: Sequence[int] | None = None) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a CPU engine of a lineup: its own block of cores.
+
+    The lineup's engines (its :class:`EngineGroup`, in order) split ``available`` (default: the
+    cores this process may run on) into contiguous blocks, the first ones one core larger when
+    they do not divide evenly; with fewer cores than engines each gets one, in turn. ``None``
+    (vLLM's own binding) for an engine outside a group of two or more, one that runs tensor
+    parallel (its setting lists a block per rank), or when the user set the variable.
+
+    >>> class H:
+    ...     _engine_kwargs = {}
+    >>> group = EngineGroup()
+    >>> small, large = H(), H()
+    >>> group.add(small); group.add(large)
+    >>> cpu_cores(small, [0, 1]), cpu_cores(large, [0, 1])
+    ('0', '1')
+    >>> cpu_cores(small, range(5)), cpu_cores(large, range(5))
+    ('0,1,2', '3,4')
+    >>> cpu_cores(large, [3])
+    '3'
+    """
+    group = getattr(handle, "_group", None)
+    if group is None or len(group.members) < 2 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    if int(getattr(handle, "_engine_kwargs", {}).get("tensor_parallel_size") or 1) > 1:
+        return None
+    cores = sorted(os.sched_getaffinity(0) if available is None else available)
+    n, i = len(group.members), group.members.index(handle)
+    if len(cores) <= n:
+        return str(cores[i % len(cores)])
+    size, extra = divmod(len(cores), n)
+    start = i * size + min(i, extra)
+    return ",".join(str(c) for c in cores[start : start + size + (i < extra)])
 
 
 def check_share(backend: Any, share: float | None, on_cpu: bool) -> float | None:
