@@ -1344,7 +1344,9 @@ def train_pair(
         "trainer_version": TRAINER_VERSION,
         "task": task,
         "seed": seed,
-        "budget": {
+        "budget": None  # no training in this run: each model's record lists its own runs
+        if from_work
+        else {
             "minutes": None if steps else dict(zip(("small", "large"), minutes * 2)),
             "steps": dict(zip(("small", "large"), steps * 2)) if steps else None,
         },
