@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.engine
+
 
 def _workers(backend):
     handle = getattr(backend, "handle", backend)

@@ -9,6 +9,7 @@ from mai_graph.pair import PAIRS
 from mai_graph.pair.grow import deepen_state, layer_count
 
 
+@pytest.mark.slow
 def test_a_deepened_model_gives_the_trained_models_logits():
     torch = pytest.importorskip("torch")
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration

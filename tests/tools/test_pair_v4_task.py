@@ -161,6 +161,7 @@ def v4_tokenizer():
     return build_tokenizer("v4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("purpose", ["short", "cot", "s2", "answer"])
 def test_option_marks_find_every_option_of_every_prompt(v4_tokenizer, purpose):
     from mai_graph.pair.task import make_example
@@ -181,6 +182,7 @@ def test_option_marks_find_every_option_of_every_prompt(v4_tokenizer, purpose):
         assert right == [item.row["answer"]]
 
 
+@pytest.mark.slow
 def test_option_marks_leave_out_what_a_prompt_does_not_list(v4_tokenizer):
     from mai_graph.pair.task import option_marks
 
@@ -195,6 +197,7 @@ def test_option_marks_leave_out_what_a_prompt_does_not_list(v4_tokenizer):
                         {"A": "x"}, "A") == []  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_option_targets_sit_on_the_options_and_train_the_head(v4_tokenizer):
     torch = pytest.importorskip("torch")
     from mai_graph.pair.task import make_example
