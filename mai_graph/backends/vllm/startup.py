@@ -109,7 +109,8 @@ def cpu_cores(handle: Any, available: Sequence[int] | None = None) -> str | None
     cores this process may run on) into contiguous blocks, the first ones one core larger when
     they do not divide evenly; with fewer cores than engines each gets one, in turn. ``None``
     (vLLM's own binding) for an engine outside a group of two or more, one that runs tensor
-    parallel (its setting lists a block per rank), or when the user set the variable.
+    parallel (its setting lists a block per rank), when the user set the variable, or where
+    the system has no per-process core sets (``os.sched_getaffinity``: Linux).
 
     >>> class H:
     ...     _engine_kwargs = {}
@@ -128,6 +129,8 @@ def cpu_cores(handle: Any, available: Sequence[int] | None = None) -> str | None
         return None
     if int(getattr(handle, "_engine_kwargs", {}).get("tensor_parallel_size") or 1) > 1:
         return None
+    if available is None and not hasattr(os, "sched_getaffinity"):
+        return None  # no per-process core sets here (macOS): vLLM's own choice
     cores = sorted(os.sched_getaffinity(0) if available is None else available)
     n, i = len(group.members), group.members.index(handle)
     if len(cores) <= n:
