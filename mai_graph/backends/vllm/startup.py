@@ -21,11 +21,13 @@ rule here is what a GPU start relies on, with the vLLM function it answers to:
   allocates meanwhile is charged to the one profiling. :class:`EngineGroup` starts every
   engine of a lineup, one after the other, before any of them serves.
 - **CPU engines get cores of their own.** vLLM's CPU build binds an engine's compute threads
-  by ``VLLM_CPU_OMP_THREADS_BIND`` (``auto``: ``vllm/utils/ompmultiprocessing.py``, read in the
-  engine core when its executor starts), and ``auto`` picks the same cores for every engine of
-  a machine: a lineup's small and large engines compute on the same core, so MAI's two short
-  answers, asked at once, take turns. :func:`cpu_cores` splits the cores this process may use
-  between the lineup's engines instead (a CPU-only rule; a user's own setting wins).
+  by ``VLLM_CPU_OMP_THREADS_BIND`` (``OMPProcessManager._parse_omp_threads_bind_env`` in
+  ``vllm/utils/ompmultiprocessing.py``, built by ``MultiprocExecutor`` in the spawned engine
+  core, so the variable as it is when the engine starts decides), and ``auto`` picks the same
+  cores for every engine of a machine: a lineup's small and large engines compute on the same
+  core, so MAI's two short answers, asked at once, take turns. :func:`cpu_cores` splits the
+  cores this process may use between the lineup's engines instead (a CPU-only rule; a user's
+  own setting wins).
 - **A restart waits for the dead engine.** Its processes must have exited and its memory be
   free before the new engine runs the start check (:func:`wait_for_memory`), or one out-of-
   memory death uses up the restart budget.
